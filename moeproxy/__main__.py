@@ -1,0 +1,5 @@
+import sys
+
+from moeproxy.cli import main
+
+sys.exit(main())

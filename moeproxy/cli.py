@@ -1,0 +1,59 @@
+"""The one ``moeproxy`` command: a thin dispatcher over subcommand modules.
+
+Each subcommand lives in ``moeproxy/commands/<name>.py`` and defines ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. Command modules must stay light at import
+time (no torch, no transformers): heavy imports belong inside ``run``, so that
+``moeproxy ingest`` starts in well under a second. Adding a subcommand is one module plus one
+line in ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from moeproxy.errors import MoeproxyError
+
+# name -> module; the order is the order in --help.
+COMMANDS: dict[str, str] = {
+    "ingest": "moeproxy.commands.ingest",
+    "runs": "moeproxy.commands.runs",
+    "export": "moeproxy.commands.export",
+    "formats": "moeproxy.commands.formats",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="moeproxy",
+        description="Triage failed MoE RL post-training runs and reproduce them on small proxies.",
+    )
+    from moeproxy import __version__
+
+    parser.add_argument("--version", action="version", version=f"moeproxy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except MoeproxyError as exc:
+        print(f"moeproxy {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"moeproxy {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

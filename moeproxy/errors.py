@@ -1,0 +1,17 @@
+"""Errors the user can act on. The CLI prints them as one line and exits with status 2."""
+
+
+class MoeproxyError(Exception):
+    """Base class: a clear, one-line message naming what is wrong (file, line, value)."""
+
+
+class InputError(MoeproxyError):
+    """Bad input: unreadable, unrecognised or malformed file, invalid option value."""
+
+
+class StoreBusy(MoeproxyError):
+    """The run database is locked by another process (a second writer)."""
+
+
+class NotFound(MoeproxyError):
+    """A run, metric or path that does not exist."""
