@@ -1,0 +1,204 @@
+"""Plan a proxy from a config alone: parameters, weight bytes, accelerators to train, step cost.
+
+The model is instantiated on the meta device (no weights, no memory) to count parameters exactly as
+transformers builds it; routed-expert and router parameters are then scaled to the kept count E'.
+Memory model for training (mixed precision + Adam, states sharded across devices, ZeRO-3 style):
+16 bytes per parameter (bf16 weights 2 + bf16 grads 2 + fp32 master weights 4 + Adam m 4 + v 4),
+and a fraction of each device (default 25 %) is left for activations, buffers and fragmentation.
+Per-step compute is 6 x active parameters per token (forward + backward); ``step_cost_ratio`` is
+full / proxy, so it is 1.0 when top-k is kept and the proxy saves devices, not FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from moeproxy.errors import InputError
+from moeproxy.proxy.arch import adapter_for
+from moeproxy.proxy.checkpoint import load_config
+from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_count
+
+TRAIN_BYTES_PER_PARAM = 16
+DEFAULT_ACTIVATION_FRACTION = 0.25
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
+MXFP4_BYTES_PER_PARAM = 17 / 32  # 16 bytes of packed nibbles + 1 scale byte per 32 values
+_ROUTED = re.compile(r"\.experts\.(gate_up_proj|down_proj)(_bias)?$")
+_ROUTER = re.compile(r"\.mlp\.(gate\.weight|router\.weight|router\.bias)$")
+_FP8_EXEMPT = re.compile(r"(embed_tokens|lm_head|norm|\.mlp\.gate\.weight|\.bias$)")
+
+
+def _hf_config(config: dict):
+    from transformers import AutoConfig
+
+    cfg = {k: v for k, v in config.items() if k not in ("quantization_config", "auto_map", "architectures")}
+    model_type = cfg.pop("model_type")
+    try:
+        return AutoConfig.for_model(model_type, **cfg)
+    except Exception as exc:  # transformers rejects the values
+        raise InputError(f"transformers cannot build a {model_type} config from these values: {exc}") from exc
+
+
+def count_parameters(config: dict) -> dict:
+    """Instantiate on the meta device and count: total, routed experts, router, per-layer split."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf = _hf_config(config)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf)
+    except Exception as exc:
+        raise InputError(f"transformers cannot instantiate {config.get('model_type')} on the meta device: {exc}") from exc
+    total = routed = router = 0
+    fp8_quantisable = 0
+    moe_layers = set()
+    for name, p in model.named_parameters():
+        n = p.numel()
+        total += n
+        if _ROUTED.search(name):
+            routed += n
+            moe_layers.add(name.split(".experts.")[0])
+        elif _ROUTER.search(name):
+            router += n
+        if p.dim() >= 2 and not _FP8_EXEMPT.search(name):
+            fp8_quantisable += n
+    return {"total": total, "routed": routed, "router": router, "moe_layers": len(moe_layers),
+            "fp8_quantisable": fp8_quantisable}
+
+
+def _weight_bytes(config: dict, total: float, routed: float, fp8_quantisable: float) -> float:
+    quant = (config.get("quantization_config") or {}).get("quant_method")
+    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    base = DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 2)
+    if quant == "fp8":
+        block = (config["quantization_config"].get("weight_block_size") or [128, 128])
+        scale_per_param = 4 / (block[0] * block[1])
+        return fp8_quantisable * (1 + scale_per_param) + (total - fp8_quantisable) * base
+    if quant == "mxfp4":
+        return routed * MXFP4_BYTES_PER_PARAM + (total - routed) * base
+    return total * base
+
+
+def _accelerators(params_total: float, device_memory_gib: float, activation_fraction: float) -> int:
+    usable = device_memory_gib * (1 - activation_fraction) * 2**30
+    return max(1, math.ceil(params_total * TRAIN_BYTES_PER_PARAM / usable))
+
+
+def plan_proxy(
+    model_path_or_config: str | Path | dict,
+    keep_ratio: float | None = None,
+    keep_experts: int | None = None,
+    device_memory_gib: float = 64,
+    top_k: str = "keep",
+    ep_size: int = 1,
+    activation_fraction: float = DEFAULT_ACTIVATION_FRACTION,
+) -> dict:
+    """The ``moeproxy plan --json`` document for a checkpoint dir, a config.json path or a config dict."""
+    if isinstance(model_path_or_config, dict):
+        config, source = model_path_or_config, "<config dict>"
+    else:
+        config, source = load_config(Path(model_path_or_config)), str(model_path_or_config)
+    if device_memory_gib <= 0:
+        raise InputError(f"--device-memory-gib {device_memory_gib} must be positive")
+    if not 0 <= activation_fraction < 1:
+        raise InputError(f"activation fraction {activation_fraction} must be in [0, 1)")
+    adapter = adapter_for(config, source)
+    n_group, topk_group = adapter.groups(config)
+    shape = RoutingShape(adapter.num_experts(config), adapter.top_k(config), n_group, topk_group)
+    if keep_ratio is None and keep_experts is None:
+        keep_ratio = 0.25
+        if not resolve_ok(shape, keep_ratio, top_k, ep_size):
+            keep_ratio = 0.5
+    kept = resolve_kept_count(shape, keep_ratio, keep_experts, top_k, ep_size)
+    k_proxy = proxy_top_k(shape, kept, top_k)
+
+    counts = count_parameters(config)
+    e = shape.num_experts
+    per_expert = counts["routed"] / (counts["moe_layers"] * e) if counts["moe_layers"] else 0.0
+    backbone = counts["total"] - counts["routed"] - counts["router"]
+
+    def side(n_experts: int, k: int) -> dict:
+        scale = n_experts / e
+        routed = counts["routed"] * scale
+        router = counts["router"] * scale
+        total = backbone + routed + router
+        active = backbone + router + per_expert * k * counts["moe_layers"]
+        fp8 = counts["fp8_quantisable"] - counts["routed"] * (1 - scale)
+        return {
+            "experts": n_experts,
+            "top_k": k,
+            "params_total": int(round(total)),
+            "params_active": int(round(active)),
+            "weight_bytes": int(round(_weight_bytes(config, total, routed, fp8))),
+            "train_state_bytes": int(round(total * TRAIN_BYTES_PER_PARAM)),
+            "accelerators": _accelerators(total, device_memory_gib, activation_fraction),
+            "flops_per_token": int(round(6 * active)),
+        }
+
+    full, proxy = side(e, shape.top_k), side(kept, k_proxy)
+    return {
+        "source": source,
+        "family": adapter.model_type,
+        "full": full,
+        "proxy": proxy,
+        "accelerator_reduction": 1 - proxy["accelerators"] / full["accelerators"],
+        "step_cost_ratio": full["flops_per_token"] / proxy["flops_per_token"],
+        "keep_ratio": kept / e,
+        "top_k_mode": top_k,
+        "moe_layers": counts["moe_layers"],
+        "params_per_expert": int(round(per_expert)),
+        "memory_model": {
+            "device_memory_gib": device_memory_gib,
+            "activation_fraction": activation_fraction,
+            "train_bytes_per_param": TRAIN_BYTES_PER_PARAM,
+            "explanation": "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m 4 + v 4 bytes per "
+                           "parameter, sharded over devices; each device keeps the activation fraction free",
+        },
+        "notes": _notes(config, shape, kept),
+    }
+
+
+def resolve_ok(shape: RoutingShape, ratio: float, top_k: str, ep_size: int) -> bool:
+    try:
+        resolve_kept_count(shape, ratio, None, top_k, ep_size)
+        return True
+    except InputError:
+        return False
+
+
+def _notes(config: dict, shape: RoutingShape, kept: int) -> list[str]:
+    notes = []
+    if config.get("num_nextn_predict_layers"):
+        notes.append(f"{config['num_nextn_predict_layers']} MTP layer(s) not counted (transformers does not build them)")
+    if (config.get("quantization_config") or {}).get("quant_method"):
+        notes.append(f"weight_bytes at the checkpoint's {config['quantization_config']['quant_method']} quantisation; training state assumes bf16 + fp32 Adam")
+    return notes
+
+
+def format_plan(plan: dict) -> str:
+    """Human-readable table for the CLI."""
+    def gib(b):
+        return f"{b / 2**30:,.1f} GiB"
+
+    f, p = plan["full"], plan["proxy"]
+    rows = [
+        ("experts per MoE layer", f["experts"], p["experts"]),
+        ("top-k", f["top_k"], p["top_k"]),
+        ("parameters (total)", f"{f['params_total'] / 1e9:,.2f} B", f"{p['params_total'] / 1e9:,.2f} B"),
+        ("parameters (active)", f"{f['params_active'] / 1e9:,.2f} B", f"{p['params_active'] / 1e9:,.2f} B"),
+        ("weights on disk", gib(f["weight_bytes"]), gib(p["weight_bytes"])),
+        ("training state", gib(f["train_state_bytes"]), gib(p["train_state_bytes"])),
+        (f"accelerators ({plan['memory_model']['device_memory_gib']:g} GiB)", f["accelerators"], p["accelerators"]),
+    ]
+    lines = [f"{plan['source']} ({plan['family']}, {plan['moe_layers']} MoE layers)",
+             f"{'':28} {'full':>14} {'proxy':>14}"]
+    lines += [f"{name:28} {str(a):>14} {str(b):>14}" for name, a, b in rows]
+    lines.append(f"accelerator reduction: {plan['accelerator_reduction']:.1%}; step cost ratio (full/proxy "
+                 f"FLOPs per token): {plan['step_cost_ratio']:.2f}")
+    mm = plan["memory_model"]
+    lines.append(f"memory model: {mm['train_bytes_per_param']} B/param ({mm['explanation']}); "
+                 f"{mm['activation_fraction']:.0%} of each device left for activations")
+    lines += [f"note: {n}" for n in plan["notes"]]
+    return "\n".join(lines)
