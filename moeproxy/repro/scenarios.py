@@ -1,0 +1,66 @@
+"""Named fault scenarios: each is a documented ``GrpoConfig`` change that triggers a real mechanism.
+
+No scenario writes a bad value into a log; each changes how training runs, from ``fault_step`` on
+(a fraction of the run, so the onset lands at the same relative place for any ``--steps``):
+
+- ``healthy``: fp32 trainer and rollouts, clipping at 1.0, load-balancing loss on.
+- ``overflow``: the trainer runs forward/backward on an fp16 working copy with a *static* loss scale
+  (no dynamic back-off, as with a fixed ``loss_scale`` in DeepSpeed/Megatron fp16 configs); at the
+  fault step the learning rate is raised (a mis-set warm-up peak), activations and gradients grow,
+  the scaled fp16 gradients overflow to inf and every such step is skipped with a non-finite grad norm.
+- ``divergence``: at the fault step the learning rate jumps x40 and gradient clipping is removed (a
+  config change on resume); fp32, so the loss and grad norm spike and drift but stay finite.
+- ``precision_mismatch``: from the fault step the rollout engine samples from an FP8 (e4m3,
+  per-tensor scaled) copy of the policy computing in bf16, as a quantised inference engine does,
+  while the trainer computes log-probs in fp32 and uses the engine's log-probs as pi_old without
+  importance-sampling correction.
+- ``routing_collapse``: from the fault step the router learning rate is x200 and the load-balancing
+  loss is switched off, so a few experts take most tokens (routing entropy falls, imbalance rises).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from moeproxy.errors import InputError
+from moeproxy.repro.grpo import GrpoConfig
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    expected_verdict: str
+    overrides: dict = field(default_factory=dict)
+    fault_at: float | None = None  # fraction of the run where the fault starts
+
+    def config(self, steps: int, seed: int, **extra) -> GrpoConfig:
+        fault_step = None if self.fault_at is None else max(2, int(round(self.fault_at * steps)) + 1)
+        return GrpoConfig(steps=steps, seed=seed, fault_step=fault_step, **{**self.overrides, **extra})
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("healthy", "fp32 trainer and rollouts, grad clipping 1.0, load-balancing loss on",
+                 "healthy"),
+        Scenario("overflow", "fp16 trainer with a static loss scale; learning rate raised at the fault step",
+                 "overflow", {"compute_dtype": "float16", "loss_scale": 1024.0, "lr_multiplier": 40.0,
+                              "clip_after_fault": False}, fault_at=0.4),
+        Scenario("divergence", "learning rate x40 and gradient clipping removed at the fault step (fp32)",
+                 "divergence", {"lr_multiplier": 40.0, "clip_after_fault": False}, fault_at=0.4),
+        Scenario("precision_mismatch", "rollouts from an FP8/bf16 engine copy, trainer fp32, engine "
+                 "log-probs used as pi_old without correction", "precision_mismatch",
+                 {"rollout_dtype": "float8_e4m3fn", "old_logprobs_from_rollout": True}, fault_at=0.4),
+        Scenario("routing_collapse", "router learning rate x200 and load-balancing loss off at the fault step",
+                 "routing_collapse", {"router_lr_multiplier": 200.0, "aux_loss_coef_after_fault": 0.0},
+                 fault_at=0.4),
+    )
+}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise InputError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None

@@ -1,0 +1,104 @@
+"""The tiny MoE: a real ``Qwen3MoeForCausalLM`` (32 experts, top-4: keep ratio 0.125 still leaves E'=4 >= top-k) and its character tokenizer.
+
+``tiny_moe_config()`` gives the architecture, ``build_tokenizer()`` a ``PreTrainedTokenizerFast``
+over the arithmetic alphabet (saved with the checkpoint, loadable by ``AutoTokenizer``), and
+``load_tiny_moe(path)`` reads a saved checkpoint back. The committed checkpoint lives in
+``data/tiny-moe/`` (see ``DEFAULT_CHECKPOINT``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from moeproxy.errors import NotFound
+
+ALPHABET = "0123456789+="
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "tiny-moe"
+
+
+@dataclass(frozen=True)
+class TinyMoeShape:
+    """Architecture knobs of the tiny model (defaults: the committed checkpoint)."""
+
+    hidden_size: int = 64
+    num_hidden_layers: int = 3
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    num_experts: int = 32
+    num_experts_per_tok: int = 4
+    moe_intermediate_size: int = 32
+    max_position_embeddings: int = 32
+    router_aux_loss_coef: float = 0.01
+
+
+def vocab() -> dict[str, int]:
+    table = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in ALPHABET:
+        table[ch] = len(table)
+    return table
+
+
+def build_tokenizer():
+    """A character-level fast tokenizer; prompts get ``<bos>`` prepended by the caller."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(vocab=vocab(), unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        padding_side="left",
+    )
+
+
+def tiny_moe_config(shape: TinyMoeShape | None = None):
+    from transformers import Qwen3MoeConfig
+
+    shape = shape or TinyMoeShape()
+    table = vocab()
+    return Qwen3MoeConfig(
+        vocab_size=len(table),
+        hidden_size=shape.hidden_size,
+        intermediate_size=4 * shape.hidden_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        num_experts=shape.num_experts,
+        num_experts_per_tok=shape.num_experts_per_tok,
+        moe_intermediate_size=shape.moe_intermediate_size,
+        max_position_embeddings=shape.max_position_embeddings,
+        norm_topk_prob=True,
+        router_aux_loss_coef=shape.router_aux_loss_coef,
+        tie_word_embeddings=False,
+        pad_token_id=table["<pad>"],
+        bos_token_id=table["<bos>"],
+        eos_token_id=table["<eos>"],
+    )
+
+
+def build_tiny_moe(seed: int, shape: TinyMoeShape | None = None):
+    """A randomly initialised tiny MoE (deterministic for a seed)."""
+    import torch
+    from transformers import Qwen3MoeForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen3MoeForCausalLM(tiny_moe_config(shape))
+
+
+def load_tiny_moe(path: str | Path | None = None, dtype=None):
+    """(model, tokenizer) from a saved checkpoint directory (default: the committed one)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path) if path is not None else DEFAULT_CHECKPOINT
+    if not (path / "config.json").is_file():
+        raise NotFound(f"{path}: no config.json (not a Hugging Face checkpoint directory)")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    return model, tokenizer
