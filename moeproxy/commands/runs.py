@@ -1,0 +1,30 @@
+"""moeproxy runs: list the runs in the database."""
+
+from __future__ import annotations
+
+import json
+
+from moeproxy.commands.common import add_db_option, open_store
+
+HELP = "list the runs in the database with role, format, size and latest verdict"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the list as JSON")
+    add_db_option(parser)
+
+
+def run(args) -> int:
+    store = open_store(args)
+    table = store.runs()
+    if args.json:
+        records = json.loads(table.to_json(orient="records", date_format="iso"))
+        print(json.dumps(records, indent=2))
+        return 0
+    if table.empty:
+        print(f"no runs in {store.label}; add some with `moeproxy ingest PATH`")
+        return 0
+    columns = ["run", "role", "proxy_of", "framework", "format", "steps", "metrics", "rows", "nonfinite",
+               "attempts", "verdict"]
+    print(table[columns].fillna("").to_string(index=False))
+    return 0

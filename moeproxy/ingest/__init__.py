@@ -1,0 +1,169 @@
+"""Ingestion: log files of every common RL/LLM training framework -> the DuckDB run store.
+
+``parse_file`` sniffs a file's format and parses it into a columnar frame (no store needed);
+``ingest_paths`` parses every given file (directories are walked) and writes all of them in one
+store transaction: either every file lands, or none does and the store is unchanged. A file
+whose sha256 is already stored is reported as a duplicate and adds nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from moeproxy.errors import InputError
+from moeproxy.ingest.derive import apply_units, derive_series, split_routing
+from moeproxy.ingest.detect import open_and_detect
+from moeproxy.ingest.names import resolve_names
+from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
+
+__all__ = ["FORMATS", "IngestSummary", "LogFormat", "ParsedLog", "ingest_paths", "parse_file", "expand_paths"]
+
+
+@dataclass
+class IngestSummary:
+    run: str
+    path: str
+    format: str
+    framework: str
+    steps: int
+    metrics: int
+    rows: int
+    nonfinite: int
+    attempts: int
+    skipped_lines: int
+    step_from_index: bool
+    duplicate: bool = False
+    duplicate_of: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        if self.duplicate:
+            return f"{self.path}: already ingested (same sha256) into run {self.duplicate_of!r}; nothing added"
+        parts = [
+            f"{self.path} -> run {self.run!r}", f"format {self.format} ({self.framework})",
+            f"{self.steps} steps", f"{self.metrics} metrics", f"{self.rows} rows",
+            f"{self.nonfinite} non-finite", f"{self.attempts} attempt{'s' if self.attempts != 1 else ''}",
+        ]
+        if self.skipped_lines:
+            parts.append(f"{self.skipped_lines} non-metric lines skipped")
+        if self.step_from_index:
+            parts.append("no step counter: record index used as step")
+        return ", ".join(parts)
+
+
+def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
+    src, log_format = open_and_detect(path, fmt)
+    parsed = log_format.parse(src)
+    if parsed.frame.empty:
+        raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
+    return parsed
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[tuple[Path, Path]]:
+    """(file, the path the user named) for each file; directories are walked, hidden files skipped."""
+    out: list[tuple[Path, Path]] = []
+    for given in paths:
+        p = Path(given)
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            if not files:
+                raise InputError(f"{p}: directory holds no files")
+            out.extend((f, p) for f in files)
+        else:
+            out.append((p, p))
+    return out
+
+
+_GENERIC_NAMES = re.compile(r"^(trainer_state|log|logs|train|training|metrics|output|stdout|events\.out\.tfevents.*)$")
+
+
+def default_run_name(path: Path, given: Path) -> str:
+    if given.is_dir():
+        return given.resolve().name
+    stem = path.name.split(".")[0] if path.name.startswith("events.out") else path.stem
+    if _GENERIC_NAMES.match(stem) and path.resolve().parent.name:
+        parent = path.resolve().parent
+        if parent.name.startswith("checkpoint-") and parent.parent.name:
+            return parent.parent.name
+        return parent.name
+    return stem
+
+
+def _summary(parsed: ParsedLog, run: str) -> IngestSummary:
+    frame = parsed.frame
+    values = frame["value"].to_numpy()
+    return IngestSummary(
+        run=run, path=str(parsed.path), format=parsed.format, framework=parsed.framework,
+        steps=int(frame["step"].nunique()), metrics=int(frame["metric"].nunique()), rows=len(frame),
+        nonfinite=int((~np.isfinite(values)).sum()), attempts=int(frame["attempt"].nunique()),
+        skipped_lines=parsed.skipped_lines, step_from_index=parsed.step_from_index,
+    )
+
+
+def ingest_paths(store, paths, run: str | None = None, role: str = "other", proxy_of: str | None = None,
+                 fmt: str = "auto", progress: Callable[[str], None] | None = None) -> list[IngestSummary]:
+    """Parse all files, then store them in one transaction. Raises InputError before writing
+    anything when any file is unreadable, unrecognised or malformed."""
+    from moeproxy.store import ROLES
+
+    if role not in ROLES:
+        raise InputError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    files = expand_paths(paths)
+    parsed_all: list[tuple[ParsedLog, str]] = []
+    for path, given in files:
+        if progress:
+            progress(f"parsing {path}")
+        try:
+            parsed = parse_file(path, fmt)
+        except InputError:
+            if given.is_dir() and given != path:  # inside a directory, skip what is not a log
+                if progress:
+                    progress(f"skipped {path}: not a recognised log")
+                continue
+            raise
+        parsed_all.append((parsed, run or default_run_name(path, given)))
+    if not parsed_all:
+        raise InputError(f"{', '.join(str(p) for p in paths)}: no recognised training log found")
+
+    summaries: list[IngestSummary] = []
+    with store.write() as tx:
+        seen_in_batch: dict[str, str] = {}
+        for parsed, run_name in parsed_all:
+            summary = _summary(parsed, run_name)
+            duplicate = tx.source_with_sha(parsed.sha256)
+            if duplicate is None and parsed.sha256 in seen_in_batch:
+                duplicate = (seen_in_batch[parsed.sha256], "")
+            if duplicate is not None:
+                summary.duplicate, summary.duplicate_of = True, duplicate[0]
+                summaries.append(summary)
+                continue
+            seen_in_batch[parsed.sha256] = run_name
+            if progress:
+                progress(f"storing {parsed.path} ({summary.rows} values)")
+            run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
+            frame, routing = split_routing(parsed.frame)
+            originals = [str(m) for m in frame["metric"].unique()]
+            mapping = resolve_names(originals, tx.metric_mapping(run_id))
+            frame = frame.assign(metric=frame["metric"].astype("category").cat.rename_categories(
+                lambda c: mapping.get(str(c), str(c))))
+            frame = apply_units(frame, mapping)
+            frame, derived = derive_series(frame, routing)
+            offset = tx.attempt_offset(run_id, frame)
+            if offset:
+                frame = frame.assign(attempt=frame["attempt"] + offset)
+                routing = routing.assign(attempt=routing["attempt"] + offset)
+            record = summary.to_dict() | {"sha256": parsed.sha256}
+            source_id = tx.add_source(run_id, record)
+            tx.add_metric_names(run_id, mapping | derived)
+            tx.add_scalars(run_id, source_id, frame)
+            tx.add_routing(run_id, source_id, routing)
+            summaries.append(summary)
+    return summaries

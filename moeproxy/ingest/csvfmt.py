@@ -1,0 +1,116 @@
+"""CSV/TSV exports: W&B panel/run-history CSVs, msprobe monitor per-rank CSVs, generic tables.
+
+- W&B: a ``Step`` (or ``_step``) column; value columns may read ``<run> - <metric>`` with
+  ``__MIN``/``__MAX`` envelope columns (dropped: they are W&B's own downsampling). Empty cells
+  mean "not logged at this step" and are left out; ``nan``/``inf``/``null`` cells are values.
+- msprobe monitor: header ``vpp_stage,name,step[,micro_step],<ops...>``; each ``name``/op pair
+  becomes a metric ``<name>/<op>``; the rank comes from the ``...-rank<R>-...`` directory.
+- Generic: any table with a step-like column, or numeric columns only (row index = step).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import pandas as pd
+
+from moeproxy.errors import InputError
+from moeproxy.ingest.names import guess_framework
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import SourceFile
+from moeproxy.ingest.table import LogTable
+from moeproxy.ingest.values import parse_number
+
+STEP_COLUMNS = ("step", "Step", "_step", "global_step", "iteration", "train/global_step", "trainer/global_step",
+                "iter")
+RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def _dialect(src: SourceFile) -> str:
+    first = src.head_text.split("\n", 1)[0]
+    return "\t" if first.count("\t") > first.count(",") else ","
+
+
+def _numeric(column: pd.Series) -> tuple[list[float], list[bool]] | None:
+    """(values, present) for a metric column; None when a non-empty cell is not a number.
+
+    Empty cells are "not logged at this step" (present=False); nan/inf/null cells are values.
+    """
+    present = column.str.strip().ne("").tolist()
+    out = pd.to_numeric(column, errors="coerce").tolist()
+    for i, (value, here) in enumerate(zip(out, present)):
+        if here and value != value:  # NaN from coercion: 'nan', 'INF', 'null' or text
+            parsed = parse_number(column.iat[i])
+            if parsed is None:
+                return None
+            out[i] = parsed
+    return out, present
+
+
+def parse_csv(src: SourceFile) -> ParsedLog:
+    try:
+        df = pd.read_csv(io.StringIO(src.read_text()), sep=_dialect(src), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, csv.Error) as exc:
+        raise InputError(f"{src.path}: malformed CSV ({str(exc).splitlines()[0]})") from None
+    table = LogTable()
+    columns = list(df.columns)
+    rank = -1
+    m = RANK_DIR.search(src.path.parent.name)
+    if m:
+        rank = int(m.group(1))
+    fmt, framework, from_index, skipped = "csv", "unknown", False, 0
+    if {"name", "step"} <= set(columns) and "vpp_stage" in columns:
+        fmt, framework = "msprobe-csv", "msprobe"
+        ops = [c for c in columns if c not in ("vpp_stage", "name", "step", "micro_step")]
+        steps = pd.to_numeric(df["step"], errors="coerce")
+        numeric = {op: col for op in ops if (col := _numeric(df[op])) is not None}
+        names = df["name"].tolist()
+        for i, step in enumerate(steps.tolist()):
+            if step != step:
+                skipped += 1
+                continue
+            record = {f"{names[i]}/{op}": vals[i] for op, (vals, present) in numeric.items() if present[i]}
+            table.add_dict(int(step), record, rank=rank)
+    else:
+        step_col = next((c for c in STEP_COLUMNS if c in columns), None)
+        values = [c for c in columns if c != step_col and not c.endswith(("__MIN", "__MAX"))]
+        prefixes = {c.split(" - ", 1)[0] for c in values if " - " in c}
+        names = {c: (c.split(" - ", 1)[1] if len(prefixes) == 1 and " - " in c else c) for c in values}
+        if prefixes:
+            fmt, framework = "wandb-csv", "wandb"
+        numeric = {c: col for c in values if (col := _numeric(df[c])) is not None}
+        steps = pd.to_numeric(df[step_col], errors="coerce").tolist() if step_col else None
+        for i in range(len(df)):
+            if steps is not None and steps[i] != steps[i]:
+                skipped += 1
+                continue
+            record = {names[c]: vals[i] for c, (vals, present) in numeric.items() if present[i]}
+            table.add_dict(int(steps[i]) if steps is not None else i, record, rank=rank)
+        from_index = steps is None
+        if framework == "unknown":
+            framework = guess_framework(table.metric_names)
+    return ParsedLog(src.path, fmt, framework, src.sha256, table.frame(), skipped, from_index)
+
+
+def sniff_csv(src: SourceFile) -> float:
+    lines = [l for l in src.head_lines(50) if l.strip()]
+    if len(lines) < 2:
+        return 0.0
+    sep = _dialect(src)
+    header = next(csv.reader([lines[0]], delimiter=sep))
+    if len(header) < 2:
+        return 0.0
+    widths = {len(row) for row in csv.reader(lines[1:], delimiter=sep)}
+    if widths != {len(header)}:
+        return 0.0
+    if "vpp_stage" in header and "name" in header:
+        return 0.9
+    if any(c in header for c in STEP_COLUMNS):
+        return 0.85
+    return 0.4
+
+
+register(LogFormat("csv", "CSV/TSV tables: W&B exports, msprobe monitor CSVs, generic step tables",
+                   sniff_csv, parse_csv))

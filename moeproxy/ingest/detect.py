@@ -1,0 +1,38 @@
+"""Format detection by content: every registered sniffer scores the file's head; best wins."""
+
+from __future__ import annotations
+
+from moeproxy.errors import InputError
+from moeproxy.ingest import formats  # noqa: F401  (registers every format)
+from moeproxy.ingest.registry import FORMATS, LogFormat
+from moeproxy.ingest.source import SourceFile, open_source
+
+
+def detect_format(src: SourceFile) -> LogFormat:
+    best: tuple[float, LogFormat] | None = None
+    for fmt in FORMATS.values():
+        if (src.encoding is None) != fmt.binary:
+            continue
+        try:
+            score = fmt.sniff(src)
+        except Exception:  # a sniffer must never take detection down with it
+            score = 0.0
+        if score > 0 and (best is None or score > best[0]):
+            best = (score, fmt)
+    if best is None:
+        raise InputError(
+            f"{src.path}: not a training log format moeproxy recognises "
+            f"(known: {', '.join(FORMATS)}; see `moeproxy formats`)"
+        )
+    return best[1]
+
+
+def open_and_detect(path, fmt: str = "auto") -> tuple[SourceFile, LogFormat]:
+    if fmt != "auto" and fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: unknown format; choose auto or one of {', '.join(FORMATS)}")
+    src = open_source(path, allow_binary=fmt == "auto" or FORMATS[fmt].binary)
+    if fmt != "auto":
+        return src, FORMATS[fmt]
+    if src.encoding is None and not any(f.binary and f.sniff(src) > 0 for f in FORMATS.values()):
+        raise InputError(f"{src.path}: binary file, not a training log this tool knows")
+    return src, detect_format(src)

@@ -1,0 +1,220 @@
+"""JSON-based logs: verl's file-logger JSONL, generic JSON lines, HF ``trainer_state.json``,
+and JSON arrays of records.
+
+verl writes ``{"step": N, "data": {...}}`` per line with orjson (NaN -> null). Python's json
+writes bare ``NaN``/``Infinity`` (HF Trainer); those lines fall back to the lenient stdlib
+parser. Nested dicts are flattened with ``/``. A line that starts like JSON but does not parse
+is an error naming the line (a truncated last line is called that); other lines are prose,
+skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+
+from moeproxy.errors import InputError
+from moeproxy.ingest.names import guess_framework
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import SourceFile
+from moeproxy.ingest.table import LogTable
+
+STEP_KEYS = (
+    "step", "global_step", "_step", "iteration", "iter", "train/global_step", "trainer/global_step",
+    "training/global_step", "train/step", "Step",
+)
+
+
+def _loads(text: str):
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)  # accepts NaN / Infinity; raises ValueError otherwise
+
+
+def flatten(obj: dict, prefix: str = "", out: dict | None = None) -> dict:
+    out = {} if out is None else out
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flatten(value, f"{name}/", out)
+        elif isinstance(value, list):
+            continue  # histograms, samples: not scalars
+        else:
+            out[name] = value
+    return out
+
+
+def split_step(record: dict) -> tuple[int | None, dict]:
+    """(step, metrics) of one flat record; step is None when the record has no step key."""
+    for key in STEP_KEYS:
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            metrics = {k: v for k, v in record.items() if k not in STEP_KEYS}
+            return int(value), metrics
+    return None, record
+
+
+def _json_lines(src: SourceFile):
+    """Yield (lineno, object) for JSON lines; count other lines; name bad or truncated ones."""
+    bad: tuple[int, str] | None = None
+    state = {"skipped": 0}
+
+    def gen():
+        nonlocal bad
+        for lineno, line in src.lines():
+            text = line.strip()
+            if not text:
+                continue
+            if bad is not None:
+                raise InputError(f"{src.path}: line {bad[0]}: malformed JSON ({bad[1]})")
+            if not text.startswith("{"):
+                state["skipped"] += 1
+                continue
+            try:
+                obj = _loads(text)
+            except ValueError as exc:
+                bad = (lineno, getattr(exc, "msg", str(exc)))
+                continue
+            if isinstance(obj, dict):
+                yield lineno, obj
+            else:
+                state["skipped"] += 1
+        if bad is not None:
+            if not src.ends_with_newline:
+                raise InputError(f"{src.path}: line {bad[0]}: truncated last line (incomplete JSON record)")
+            raise InputError(f"{src.path}: line {bad[0]}: malformed JSON ({bad[1]})")
+
+    return gen(), state
+
+
+def parse_verl_jsonl(src: SourceFile) -> ParsedLog:
+    table = LogTable()
+    records, state = _json_lines(src)
+    for lineno, obj in records:
+        data = obj.get("data")
+        step = obj.get("step")
+        if not isinstance(data, dict) or not isinstance(step, (int, float)):
+            state["skipped"] += 1
+            continue
+        if any(isinstance(v, (dict, list)) for v in data.values()):
+            data = flatten(data)
+        table.add_dict(int(step), data)
+    return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, table.frame(), state["skipped"])
+
+
+def _records_to_table(records, table: LogTable) -> bool:
+    """Add flat records; returns True when the record index had to stand in for the step."""
+    from_index = False
+    for index, obj in enumerate(records):
+        step, metrics = split_step(flatten(obj))
+        if step is None:
+            step, from_index = index, True
+        table.add_dict(step, metrics)
+    return from_index
+
+
+def parse_jsonl(src: SourceFile) -> ParsedLog:
+    table = LogTable()
+    records, state = _json_lines(src)
+    from_index = _records_to_table((obj for _, obj in records), table)
+    return ParsedLog(
+        src.path, "jsonl", guess_framework(table.metric_names), src.sha256, table.frame(),
+        state["skipped"], from_index,
+    )
+
+
+def _load_whole(src: SourceFile):
+    text = src.read_text()
+    try:
+        return _loads(text)
+    except ValueError as exc:
+        line = getattr(exc, "lineno", None)
+        where = f"line {line}: " if line else ""
+        if not text.rstrip().endswith(("}", "]")):
+            raise InputError(f"{src.path}: {where}truncated JSON document") from None
+        raise InputError(f"{src.path}: {where}malformed JSON ({getattr(exc, 'msg', exc)})") from None
+
+
+def parse_trainer_state(src: SourceFile) -> ParsedLog:
+    doc = _load_whole(src)
+    history = doc.get("log_history") if isinstance(doc, dict) else None
+    if not isinstance(history, list):
+        raise InputError(f"{src.path}: no log_history list in this trainer_state.json")
+    table = LogTable()
+    records = [r for r in history if isinstance(r, dict)]
+    from_index = _records_to_table(records, table)
+    framework = guess_framework(table.metric_names)
+    return ParsedLog(
+        src.path, "hf-trainer-state", "trl" if framework == "trl" else "hf-trainer", src.sha256,
+        table.frame(), len(history) - len(records), from_index,
+    )
+
+
+def parse_json_records(src: SourceFile) -> ParsedLog:
+    doc = _load_whole(src)
+    if not isinstance(doc, list):
+        raise InputError(f"{src.path}: expected a JSON array of records")
+    records = [r for r in doc if isinstance(r, dict)]
+    table = LogTable()
+    from_index = _records_to_table(records, table)
+    return ParsedLog(
+        src.path, "json-records", guess_framework(table.metric_names), src.sha256, table.frame(),
+        len(doc) - len(records), from_index,
+    )
+
+
+def _first_objects(src: SourceFile, limit: int = 20) -> tuple[list, int]:
+    objs, lines = [], 0
+    for line in src.head_lines(200):
+        text = line.strip()
+        if not text:
+            continue
+        lines += 1
+        if text.startswith("{"):
+            try:
+                obj = _loads(text)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                objs.append(obj)
+                if len(objs) >= limit:
+                    break
+    return objs, lines
+
+
+def sniff_verl_jsonl(src: SourceFile) -> float:
+    objs, _ = _first_objects(src)
+    if objs and all(set(o) >= {"step", "data"} and isinstance(o["data"], dict) for o in objs):
+        return 0.95
+    return 0.0
+
+
+def sniff_jsonl(src: SourceFile) -> float:
+    objs, lines = _first_objects(src)
+    if not objs:
+        return 0.0
+    if len(objs) == 1 and lines == 1 and src.size > len(src.head):
+        return 0.0  # a single huge JSON document, not JSON lines
+    share = len(objs) / max(lines, 1)
+    return 0.8 if share >= 0.5 else 0.4
+
+
+def sniff_trainer_state(src: SourceFile) -> float:
+    head = src.head.lstrip()
+    return 0.97 if head.startswith(b"{") and b'"log_history"' in src.head else 0.0
+
+
+def sniff_json_records(src: SourceFile) -> float:
+    head = src.head.lstrip()
+    return 0.6 if head.startswith(b"[") and head[1:].lstrip().startswith(b"{") else 0.0
+
+
+register(LogFormat("verl-jsonl", "verl file logger: {\"step\": N, \"data\": {...}} per line",
+                   sniff_verl_jsonl, parse_verl_jsonl))
+register(LogFormat("hf-trainer-state", "Hugging Face Trainer / TRL trainer_state.json (log_history)",
+                   sniff_trainer_state, parse_trainer_state))
+register(LogFormat("jsonl", "JSON lines of flat or nested metric dicts (step key or record index)",
+                   sniff_jsonl, parse_jsonl))
+register(LogFormat("json-records", "a JSON array of metric records", sniff_json_records, parse_json_records))

@@ -1,0 +1,78 @@
+"""Python dicts printed to the console, one per logging step.
+
+HF Trainer / TRL print ``{'loss': 2.07, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.04}``
+(no step: the record index stands in, and the summary says so); OpenRLHF prints
+``✨ Global step 12: {...}``; slime prints ``step 12: {...}`` (and ``perf 12: {...}``,
+``eval 12: {...}``, whose keys get that prefix). Values may be ``nan``, ``inf``, ``np.float64(x)``
+or ``tensor(x)``; ``ast.literal_eval`` cannot read those, so pairs are matched directly.
+"""
+
+from __future__ import annotations
+
+import re
+
+from moeproxy.ingest.names import guess_framework
+from moeproxy.ingest.prefixes import rank_of
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import SourceFile
+from moeproxy.ingest.table import LogTable
+from moeproxy.ingest.values import parse_number
+
+DICT = re.compile(r"\{\s*['\"][^'\"]+['\"]\s*:.*\}")
+PAIR = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:[\w.]+\([^()]*\))|[^,{}]+?)\s*(?=,|\})")
+STEP_PREFIX = re.compile(r"(?:global step|(step|perf|eval|rollout))\s*(\d+)\s*:\s*\{", re.IGNORECASE)
+STEP_KEYS = ("step", "global_step", "train/step", "iteration")
+
+
+def parse_printed_dicts(src: SourceFile) -> ParsedLog:
+    table = LogTable()
+    skipped = 0
+    index = 0
+    from_index = False
+    for _, line in src.lines():
+        m = DICT.search(line)
+        if not m:
+            if line.strip():
+                skipped += 1
+            continue
+        record: dict[str, float] = {}
+        for key, raw in PAIR.findall(m.group(0)):
+            value = parse_number(raw)
+            if value is not None:
+                record[key] = value
+        if not record:
+            skipped += 1
+            continue
+        step = None
+        pm = STEP_PREFIX.search(line)
+        if pm:
+            step = int(pm.group(2))
+            kind = (pm.group(1) or "").lower()
+            if kind in ("perf", "eval"):
+                record = {(k if k.startswith(kind + "/") else f"{kind}/{k}"): v for k, v in record.items()}
+        else:
+            for key in STEP_KEYS:
+                if key in record and record[key] == record[key]:
+                    step = int(record.pop(key))
+                    break
+        if step is None:
+            step, from_index = index, True
+        index += 1
+        table.add_dict(step, record, rank=rank_of(line))
+    names = table.metric_names
+    framework = guess_framework(names)
+    if "Global step" in src.head_text:
+        framework = "openrlhf"
+    return ParsedLog(src.path, "printed-dicts", framework, src.sha256, table.frame(), skipped, from_index)
+
+
+def sniff_printed_dicts(src: SourceFile) -> float:
+    lines = [l for l in src.head_lines() if l.strip()]
+    hits = sum(1 for l in lines if DICT.search(l) and PAIR.search(l))
+    if not hits:
+        return 0.0
+    return 0.75 if hits >= max(1, len(lines) // 10) else 0.5
+
+
+register(LogFormat("printed-dicts", "printed Python dicts: HF Trainer/TRL console, OpenRLHF "
+                   "'Global step N: {...}', slime 'step N: {...}'", sniff_printed_dicts, parse_printed_dicts))

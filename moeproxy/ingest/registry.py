@@ -1,0 +1,51 @@
+"""The registry of log formats: each format module registers a sniffer and a parser by name.
+
+A format is sniffed from content, never from the file name: ``sniff(source) -> float`` returns
+a confidence in [0, 1] (0 = not this format). Detection picks the highest score; ties go to the
+format registered first. ``parse(source) -> ParsedLog`` reads the whole file.
+
+Adding a format is one module that ends with ``register(LogFormat(...))`` and one line in
+``moeproxy/ingest/formats.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from moeproxy.ingest.source import SourceFile
+
+
+@dataclass
+class ParsedLog:
+    path: Path
+    format: str
+    framework: str
+    sha256: str
+    frame: pd.DataFrame  # step, metric, value, attempt, rank, wall_time (original metric names)
+    skipped_lines: int = 0
+    step_from_index: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    name: str
+    description: str
+    sniff: Callable[[SourceFile], float]
+    parse: Callable[[SourceFile], ParsedLog]
+    binary: bool = False  # reads binary files (TensorBoard event files)
+
+
+FORMATS: dict[str, LogFormat] = {}
+
+
+def register(fmt: LogFormat) -> LogFormat:
+    """Add a format; a module registers its formats with one call each at its bottom."""
+    if fmt.name in FORMATS:
+        raise ValueError(f"log format {fmt.name!r} registered twice")
+    FORMATS[fmt.name] = fmt
+    return fmt

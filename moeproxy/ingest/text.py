@@ -1,0 +1,121 @@
+"""The generic text-log parser for the long tail of trainers.
+
+A metric line carries a step counter (``step 12``, ``iter 12:``, ``Iter 12:``, ``iteration=12``,
+``global_step: 12``, a tqdm ``12/1000 [``) and ``key: value``, ``key=value`` or ``key value``
+pairs: nanoGPT ``iter 100: loss 2.34, time 45.6ms, mfu 12.3%``, torchtitan
+``step:  1  loss:  8.1  memory: 2.3GiB(3%)``, mlx-lm ``Iter 10: Train loss 2.345, Learning Rate
+1.0e-05``, ``step=5 loss=2.1 gnorm=0.8``, tqdm ``450/1000 [01:23<01:40, loss=2.3]``. Timestamps
+and rank prefixes are tolerated; keys are lower-cased. When no line has a step counter, lines
+with at least two numeric pairs are records and their index is the step.
+"""
+
+from __future__ import annotations
+
+import re
+
+from moeproxy.ingest.names import guess_framework
+from moeproxy.ingest.prefixes import RANK_PREFIX, TIMESTAMP, rank_of
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import SourceFile
+from moeproxy.ingest.table import LogTable
+from moeproxy.ingest.values import NONFINITE_WORDS
+
+STEP = re.compile(
+    r"(?<![\w/])(?:global[_ ]step|train[_/]step|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
+    r"(?:\s*/\s*\d+)?(?![\w.])",
+    re.IGNORECASE,
+)
+TQDM = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
+NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
+KEY_EQ = re.compile(r"([A-Za-z_][\w./@\-]*)\s*=\s*\[?(" + NUMBER + r")", re.IGNORECASE)
+KEY_COLON = re.compile(r"^([A-Za-z_][\w./@\-() ]*?)\s*:\s*\[?(" + NUMBER + r")", re.IGNORECASE)
+KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")", re.IGNORECASE)
+SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s{2,}|\t")
+
+
+def _number(text: str) -> float:
+    low = text.lower()
+    return NONFINITE_WORDS[low] if low in NONFINITE_WORDS else float(text)
+
+
+def extract_pairs(text: str) -> dict[str, float]:
+    record: dict[str, float] = {}
+    for segment in SEGMENT_SPLIT.split(text):
+        segment = segment.strip().strip("[]{}()")
+        if not segment:
+            continue
+        eq = KEY_EQ.findall(segment)
+        if eq:
+            for key, raw in eq:
+                record[key.lower()] = _number(raw)
+            continue
+        m = KEY_COLON.match(segment) or KEY_SPACE.match(segment)
+        if m:
+            key = " ".join(m.group(1).lower().split())
+            record[key] = _number(m.group(2))
+    return record
+
+
+def _strip(line: str) -> str:
+    line = RANK_PREFIX.sub("", line, count=1)
+    return TIMESTAMP.sub(" ", line)
+
+
+def find_step(line: str) -> tuple[int, str] | None:
+    """(step, the line with the counter removed) or None."""
+    m = TQDM.search(line)
+    if m:
+        rest = line[m.end():]
+        return int(m.group(1)), rest
+    m = STEP.search(line)
+    if m:
+        return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    return None
+
+
+def parse_text(src: SourceFile) -> ParsedLog:
+    table = LogTable()
+    skipped = 0
+    indexless: list[tuple[int, dict]] = []
+    for _, raw in src.lines():
+        line = _strip(raw)
+        hit = find_step(line)
+        if hit is not None:
+            record = extract_pairs(hit[1])
+            if record:
+                table.add_dict(hit[0], record, rank=rank_of(raw))
+                continue
+        elif len(table) == 0:
+            record = extract_pairs(line)
+            if len(record) >= 2:
+                indexless.append((rank_of(raw), record))
+                continue
+        if raw.strip():
+            skipped += 1
+    from_index = False
+    if len(table) == 0 and indexless:
+        from_index = True
+        for index, (rank, record) in enumerate(indexless):
+            table.add_dict(index, record, rank=rank)
+    else:
+        skipped += len(indexless)
+    return ParsedLog(src.path, "text", guess_framework(table.metric_names), src.sha256, table.frame(),
+                     skipped, from_index)
+
+
+def sniff_text(src: SourceFile) -> float:
+    lines = [l for l in src.head_lines() if l.strip()]
+    with_step = 0
+    for raw in lines:
+        hit = find_step(_strip(raw))
+        if hit is not None and extract_pairs(hit[1]):
+            with_step += 1
+    if with_step:
+        return 0.3
+    if sum(1 for raw in lines if len(extract_pairs(_strip(raw))) >= 2) >= max(2, len(lines) // 2):
+        return 0.2
+    return 0.0
+
+
+register(LogFormat("text", "generic text log: a step counter plus key: value / key=value / key value pairs",
+                   sniff_text, parse_text))

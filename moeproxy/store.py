@@ -1,0 +1,498 @@
+"""The run store: one DuckDB file, and the only module that writes SQL against it.
+
+Tables: ``runs`` (name, role full|proxy|other, proxy_of, framework, format, meta), ``sources``
+(each ingested file with its sha256), ``metric_names`` (stored name <- original name, per run),
+``scalars`` in long form (run, metric, step, value, attempt, rank, wall_time, source),
+``routing`` (run, step, layer, expert, load), ``findings`` (diagnoses with detector version),
+``jobs`` (background work) and ``meta`` (schema version, a data-version counter for caches).
+NaN and +-inf are values: stored as such (inserted through Arrow, which keeps them), never NULL.
+
+Lifecycle and concurrency: every operation opens the file, works, and closes it again, so the
+dashboard, ``moeproxy ingest`` and background jobs take turns. DuckDB allows one process on a
+file at a time; a process that finds the file locked retries for ``lock_timeout`` seconds and
+then raises ``StoreBusy`` naming the holder. Writes happen in one transaction (``Store.write()``),
+so readers never see a half-ingested run and a failed ingest leaves the store as it was.
+``Store(":memory:")`` keeps one private in-memory database for the object's lifetime.
+
+Path resolution: the explicit path (``--db``), else ``$MOEPROXY_DB``, else
+``$XDG_DATA_HOME/moeproxy/runs.duckdb`` (``~/.local/share/moeproxy/runs.duckdb``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from moeproxy.errors import InputError, NotFound, StoreBusy
+
+SCHEMA_VERSION = 1
+ROLES = ("full", "proxy", "other")
+GLOBAL_RANK = -1  # scalars that are not per-rank
+
+_SCHEMA = """
+CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
+CREATE SEQUENCE IF NOT EXISTS source_id_seq START 1;
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id INTEGER PRIMARY KEY, name VARCHAR UNIQUE NOT NULL, role VARCHAR NOT NULL,
+    proxy_of VARCHAR, framework VARCHAR, format VARCHAR, created_at TIMESTAMPTZ, meta JSON);
+CREATE TABLE IF NOT EXISTS sources (
+    source_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, path VARCHAR, sha256 VARCHAR NOT NULL,
+    format VARCHAR, framework VARCHAR, rows BIGINT, steps BIGINT, metrics INTEGER, nonfinite BIGINT,
+    attempts INTEGER, skipped_lines BIGINT, step_from_index BOOLEAN, ingested_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS metric_names (run_id INTEGER NOT NULL, metric VARCHAR NOT NULL, original VARCHAR NOT NULL);
+CREATE TABLE IF NOT EXISTS scalars (
+    run_id INTEGER NOT NULL, metric VARCHAR NOT NULL, step BIGINT NOT NULL, value DOUBLE,
+    attempt SMALLINT NOT NULL, rank INTEGER NOT NULL, wall_time DOUBLE, source_id INTEGER);
+CREATE TABLE IF NOT EXISTS routing (
+    run_id INTEGER NOT NULL, step BIGINT NOT NULL, layer INTEGER NOT NULL, expert INTEGER NOT NULL,
+    load DOUBLE, attempt SMALLINT NOT NULL, source_id INTEGER);
+CREATE TABLE IF NOT EXISTS findings (
+    run_id INTEGER NOT NULL, detector_version VARCHAR, created_at TIMESTAMPTZ, verdict VARCHAR,
+    onset_step BIGINT, result JSON);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id VARCHAR PRIMARY KEY, kind VARCHAR NOT NULL, spec JSON, state VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ, pid INTEGER, work_dir VARCHAR, result JSON);
+"""
+
+
+def default_db_path() -> Path:
+    env = os.environ.get("MOEPROXY_DB")
+    if env:
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "moeproxy" / "runs.duckdb"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _first(result):
+    """The first row of a result, reading it to the end (DuckDB 2 results stream: an unfinished
+    result blocks the connection)."""
+    rows = result.fetchall()
+    return rows[0] if rows else None
+
+
+_LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
+
+
+class Store:
+    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 15.0) -> None:
+        self.lock_timeout = lock_timeout
+        if str(path) == ":memory:":
+            self.path = None
+            self._memory = duckdb.connect(":memory:")
+            self._memory.execute(_SCHEMA)
+            self._init_meta(self._memory)
+        else:
+            self.path = Path(path).expanduser() if path is not None else default_db_path()
+            self._memory = None
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path) if self.path else ':memory:'})"
+
+    @property
+    def label(self) -> str:
+        return str(self.path) if self.path else ":memory:"
+
+    # -- connections -------------------------------------------------------------------
+    @staticmethod
+    def _init_meta(con) -> None:
+        con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?), ('data_version', '0')",
+                    [str(SCHEMA_VERSION)])
+
+    def _open(self):
+        deadline = time.monotonic() + self.lock_timeout
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        delay = 0.02
+        while True:
+            try:
+                con = duckdb.connect(str(self.path))
+                break
+            except duckdb.IOException as exc:
+                message = str(exc)
+                if "lock" not in message.lower():
+                    raise InputError(f"{self.path}: cannot open the run database ({message.splitlines()[0]})") from None
+                if time.monotonic() >= deadline:
+                    holder = _LOCK_HOLDER.search(message)
+                    who = f"process {holder.group(1)}" if holder else "another process"
+                    raise StoreBusy(
+                        f"{self.path} is in use by {who} (a dashboard, an ingest or a job) and stayed locked "
+                        f"for {self.lock_timeout:.0f} s; try again when it is done"
+                    ) from None
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+            except duckdb.Error as exc:
+                raise InputError(f"{self.path}: not a moeproxy run database ({str(exc).splitlines()[0]})") from None
+        try:
+            version = _first(con.execute(
+                "SELECT value FROM information_schema.tables t, meta WHERE t.table_name='meta' AND key='schema_version'"
+            ))
+        except duckdb.Error:
+            version = None
+        if version is None:
+            con.execute(_SCHEMA)
+            self._init_meta(con)
+        return con
+
+    @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for queries; closed (and the file released) on exit."""
+        if self._memory is not None:
+            with self._memory.cursor() as cur:
+                yield cur
+            return
+        con = self._open()
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def write(self) -> Iterator["Transaction"]:
+        """One transaction: committed on normal exit, rolled back on any exception."""
+        cm = self._memory.cursor() if self._memory is not None else None
+        con = cm if cm is not None else self._open()
+        try:
+            con.execute("BEGIN TRANSACTION")
+            tx = Transaction(con)
+            try:
+                yield tx
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
+            con.execute("COMMIT")
+        finally:
+            con.close()
+
+    # -- queries -------------------------------------------------------------------------
+    def data_version(self) -> int:
+        with self.read() as con:
+            return int(_first(con.execute("SELECT value FROM meta WHERE key='data_version'"))[0])
+
+    def runs(self) -> pd.DataFrame:
+        """One row per run with its size and latest verdict."""
+        with self.read() as con:
+            return con.execute(
+                """
+                WITH s AS (
+                    SELECT run_id, count(DISTINCT step) AS steps, count(DISTINCT metric) AS metrics,
+                           count(*) AS rows, count(*) FILTER (WHERE NOT isfinite(value)) AS nonfinite,
+                           count(DISTINCT attempt) AS attempts, max(step) AS last_step
+                    FROM scalars GROUP BY run_id),
+                f AS (SELECT run_id, arg_max(verdict, created_at) AS verdict,
+                             arg_max(onset_step, created_at) AS onset_step FROM findings GROUP BY run_id)
+                SELECT r.name AS run, r.role, r.proxy_of, r.framework, r.format,
+                       coalesce(s.steps, 0) AS steps, coalesce(s.metrics, 0) AS metrics,
+                       coalesce(s.rows, 0) AS rows, coalesce(s.nonfinite, 0) AS nonfinite,
+                       coalesce(s.attempts, 0) AS attempts, s.last_step, f.verdict, f.onset_step, r.created_at
+                FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN f USING (run_id)
+                ORDER BY r.created_at, r.run_id
+                """
+            ).df()
+
+    def _run_id(self, con, run: str) -> int:
+        row = _first(con.execute("SELECT run_id FROM runs WHERE name = ?", [run]))
+        if row is None:
+            known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY run_id").fetchall()]
+            hint = f"; runs in {self.label}: {', '.join(known[:10])}" if known else f"; {self.label} has no runs"
+            raise NotFound(f"no run named {run!r}{hint}")
+        return row[0]
+
+    def has_run(self, run: str) -> bool:
+        with self.read() as con:
+            return _first(con.execute("SELECT 1 FROM runs WHERE name = ?", [run])) is not None
+
+    def run_info(self, run: str) -> dict:
+        table = self.runs()
+        row = table[table["run"] == run]
+        if row.empty:
+            with self.read() as con:
+                self._run_id(con, run)  # raises NotFound with the list of runs
+        info = row.iloc[0].to_dict()
+        with self.read() as con:
+            run_id = self._run_id(con, run)
+            info["sources"] = con.execute(
+                "SELECT path, sha256, format, framework, rows, steps, metrics, nonfinite, attempts, skipped_lines, "
+                "step_from_index, ingested_at FROM sources WHERE run_id = ? ORDER BY source_id", [run_id]
+            ).df().to_dict("records")
+            meta = _first(con.execute("SELECT meta FROM runs WHERE run_id = ?", [run_id]))[0]
+        info["meta"] = json.loads(meta) if meta else {}
+        return info
+
+    def metrics(self, run: str) -> pd.DataFrame:
+        """Stored metric names of a run with their original names and point counts."""
+        with self.read() as con:
+            run_id = self._run_id(con, run)
+            return con.execute(
+                """
+                SELECT m.metric, string_agg(DISTINCT m.original, ', ') AS original, s.points, s.nonfinite
+                FROM metric_names m JOIN (
+                    SELECT metric, count(*) AS points, count(*) FILTER (WHERE NOT isfinite(value)) AS nonfinite
+                    FROM scalars WHERE run_id = $run GROUP BY metric) s USING (metric)
+                WHERE m.run_id = $run GROUP BY m.metric, s.points, s.nonfinite ORDER BY m.metric
+                """,
+                {"run": run_id},
+            ).df()
+
+    def run_frame(self, run: str, metrics: list[str] | None = None) -> pd.DataFrame:
+        """Long form (step, metric, value): latest attempt per step, one value per step.
+
+        Per-rank series are reduced by their mean across ranks (a NaN on any rank stays NaN)
+        unless the run also has a global series of that name, which then wins.
+        """
+        with self.read() as con:
+            run_id = self._run_id(con, run)
+            params: dict = {"run": run_id}
+            where = ""
+            if metrics is not None:
+                where = "AND list_contains($metrics, metric)"
+                params["metrics"] = list(metrics)
+            return con.execute(
+                f"""
+                WITH latest AS (
+                    SELECT metric, step, rank, value FROM scalars WHERE run_id = $run {where}
+                    QUALIFY row_number() OVER (PARTITION BY metric, rank, step ORDER BY attempt DESC) = 1),
+                global_series AS (SELECT metric, step, value FROM latest WHERE rank = {GLOBAL_RANK}),
+                per_rank AS (
+                    SELECT metric, step, avg(value) AS value FROM latest
+                    WHERE rank <> {GLOBAL_RANK} AND metric NOT IN (SELECT DISTINCT metric FROM global_series)
+                    GROUP BY metric, step)
+                SELECT step, metric, value FROM global_series UNION ALL SELECT step, metric, value FROM per_rank
+                ORDER BY metric, step
+                """,
+                params,
+            ).df().astype({"step": "int64", "metric": str, "value": "float64"})
+
+    def series(self, run: str, metric: str, attempts: str = "latest") -> pd.DataFrame:
+        """One metric with its attempt and rank columns (``attempts='all'`` keeps every restart)."""
+        with self.read() as con:
+            run_id = self._run_id(con, run)
+            qualify = ("QUALIFY row_number() OVER (PARTITION BY rank, step ORDER BY attempt DESC) = 1"
+                       if attempts == "latest" else "")
+            return con.execute(
+                f"SELECT step, value, attempt, rank, wall_time FROM scalars WHERE run_id = ? AND metric = ? "
+                f"{qualify} ORDER BY attempt, rank, step",
+                [run_id, metric],
+            ).df()
+
+    def routing(self, run: str) -> pd.DataFrame:
+        """Expert load per (step, layer, expert), latest attempt per step."""
+        with self.read() as con:
+            run_id = self._run_id(con, run)
+            return con.execute(
+                "SELECT step, layer, expert, load FROM routing WHERE run_id = ? "
+                "QUALIFY row_number() OVER (PARTITION BY layer, expert, step ORDER BY attempt DESC) = 1 "
+                "ORDER BY layer, expert, step",
+                [run_id],
+            ).df()
+
+    def findings(self, run: str) -> dict | None:
+        with self.read() as con:
+            run_id = self._run_id(con, run)
+            row = _first(con.execute(
+                "SELECT result, detector_version FROM findings WHERE run_id = ? ORDER BY created_at DESC LIMIT 1",
+                [run_id],
+            ))
+        if row is None:
+            return None
+        result = json.loads(row[0])
+        result.setdefault("detector_version", row[1])
+        return result
+
+    def export(self, run: str, target: str | Path) -> int:
+        """Write every stored row of a run (all attempts and ranks, original names) to CSV or
+        Parquet; returns the number of rows written."""
+        target = Path(target)
+        kind = {".csv": "csv", ".parquet": "parquet"}.get(target.suffix.lower())
+        if kind is None:
+            raise InputError(f"{target}: export writes .csv or .parquet files")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with self.read() as con:
+            run_id = int(self._run_id(con, run))  # an int: safe to place in the statement
+            rel = con.sql(
+                f"""
+                SELECT s.step, s.metric, coalesce(m.original, s.metric) AS original, s.value, s.attempt,
+                       s.rank, s.wall_time
+                FROM scalars s LEFT JOIN (SELECT metric, min(original) AS original FROM metric_names
+                                          WHERE run_id = {run_id} GROUP BY metric) m USING (metric)
+                WHERE s.run_id = {run_id} ORDER BY s.metric, s.attempt, s.rank, s.step
+                """
+            )
+            rel.write_csv(str(target)) if kind == "csv" else rel.write_parquet(str(target))
+            return int(_first(con.execute("SELECT count(*) FROM scalars WHERE run_id = ?", [run_id]))[0])
+
+    # -- writes that are not ingests --------------------------------------------------------
+    def save_findings(self, run: str, result: dict, detector_version: str) -> None:
+        with self.write() as tx:
+            run_id = self._run_id(tx.con, run)
+            tx.con.execute(
+                "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?)",
+                [run_id, detector_version, _now(), result.get("verdict"), result.get("onset_step"),
+                 json.dumps(result, allow_nan=False, default=str)],
+            )
+
+    def set_role(self, run: str, role: str, proxy_of: str | None = None) -> None:
+        """Mark a run full/proxy/other; a proxy may name the full run it stands in for."""
+        if role not in ROLES:
+            raise InputError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+        with self.write() as tx:
+            self._run_id(tx.con, run)
+            if proxy_of is not None:
+                if proxy_of == run:
+                    raise InputError(f"run {run!r} cannot be a proxy of itself")
+                self._run_id(tx.con, proxy_of)
+            tx.con.execute("UPDATE runs SET role = ?, proxy_of = ? WHERE name = ?", [role, proxy_of, run])
+
+    def delete_run(self, run: str) -> None:
+        with self.write() as tx:
+            run_id = self._run_id(tx.con, run)
+            for table in ("scalars", "routing", "metric_names", "sources", "findings"):
+                tx.con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            tx.con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+            tx.con.execute("UPDATE runs SET proxy_of = NULL WHERE proxy_of = ?", [run])
+
+
+class Transaction:
+    """Write operations of one ingest, inside ``Store.write()``."""
+
+    def __init__(self, con) -> None:
+        self.con = con
+
+    def source_with_sha(self, sha256: str) -> tuple[str, str] | None:
+        """(run, path) of an already-ingested file with this content, if any."""
+        return _first(self.con.execute(
+            "SELECT r.name, s.path FROM sources s JOIN runs r USING (run_id) WHERE s.sha256 = ? LIMIT 1", [sha256]
+        ))
+
+    def ensure_run(self, name: str, role: str, proxy_of: str | None, framework: str, fmt: str,
+                   meta: dict | None = None) -> int:
+        if role not in ROLES:
+            raise InputError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+        row = _first(self.con.execute("SELECT run_id, role FROM runs WHERE name = ?", [name]))
+        if proxy_of is not None:
+            if proxy_of == name:
+                raise InputError(f"run {name!r} cannot be a proxy of itself")
+            if _first(self.con.execute("SELECT 1 FROM runs WHERE name = ?", [proxy_of])) is None:
+                raise NotFound(f"--proxy-of {proxy_of!r}: no such run; ingest the full run first")
+        if row is not None:
+            if role != "other" or proxy_of is not None:
+                self.con.execute("UPDATE runs SET role = ?, proxy_of = coalesce(?, proxy_of) WHERE run_id = ?",
+                                 [role, proxy_of, row[0]])
+            return row[0]
+        run_id = _first(self.con.execute("SELECT nextval('run_id_seq')"))[0]
+        self.con.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, name, role, proxy_of, framework, fmt, _now(), json.dumps(meta or {})],
+        )
+        return run_id
+
+    def metric_mapping(self, run_id: int) -> dict[str, str]:
+        """original -> stored name already recorded for the run."""
+        return dict(self.con.execute(
+            "SELECT original, metric FROM metric_names WHERE run_id = ?", [run_id]).fetchall())
+
+    def attempt_offset(self, run_id: int, frame: pd.DataFrame) -> int:
+        """Attempt number for the new source's first attempt: after the run's latest attempt when
+        the new rows repeat any (metric, rank, step) already stored, else joining it."""
+        latest = _first(self.con.execute("SELECT max(attempt) FROM scalars WHERE run_id = ?", [run_id]))[0]
+        if latest is None:
+            return 0
+        keys = pa.table({
+            "metric": pa.array(frame["metric"].astype(str).to_numpy()),
+            "rank": pa.array(frame["rank"].to_numpy()),
+            "step": pa.array(frame["step"].to_numpy()),
+        })
+        self.con.register("new_keys", keys)
+        try:
+            overlap = _first(self.con.execute(
+                "SELECT 1 FROM scalars s JOIN new_keys n USING (metric, rank, step) WHERE s.run_id = ? LIMIT 1",
+                [run_id],
+            ))
+        finally:
+            self.con.unregister("new_keys")
+        return int(latest) + 1 if overlap else int(latest)
+
+    def add_source(self, run_id: int, summary: dict) -> int:
+        source_id = _first(self.con.execute("SELECT nextval('source_id_seq')"))[0]
+        self.con.execute(
+            "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [source_id, run_id, summary["path"], summary["sha256"], summary["format"], summary["framework"],
+             summary["rows"], summary["steps"], summary["metrics"], summary["nonfinite"], summary["attempts"],
+             summary["skipped_lines"], summary["step_from_index"], _now()],
+        )
+        return source_id
+
+    def add_metric_names(self, run_id: int, mapping: dict[str, str]) -> None:
+        known = self.metric_mapping(run_id)
+        rows = [(run_id, stored, original) for original, stored in mapping.items() if original not in known]
+        if rows:
+            table = pa.table({"run_id": pa.array([r[0] for r in rows], pa.int32()),
+                              "metric": [r[1] for r in rows], "original": [r[2] for r in rows]})
+            self.con.register("new_names", table)
+            self.con.execute("INSERT INTO metric_names SELECT run_id, metric, original FROM new_names")
+            self.con.unregister("new_names")
+
+    def add_scalars(self, run_id: int, source_id: int, frame: pd.DataFrame) -> None:
+        """Bulk insert through Arrow (keeps NaN as NaN), sorted by (metric, step) for fast reads."""
+        if frame.empty:
+            return
+        frame = frame.sort_values(["metric", "step"], kind="stable")
+        n = len(frame)
+        metric = frame["metric"]
+        if isinstance(metric.dtype, pd.CategoricalDtype):
+            metric_arr = pa.DictionaryArray.from_arrays(
+                pa.array(metric.cat.codes.to_numpy(np.int32)), pa.array(list(metric.cat.categories), pa.string()))
+        else:
+            metric_arr = pa.array(metric.astype(str).to_numpy())
+        table = pa.table({
+            "run_id": pa.array(np.full(n, run_id, np.int32)),
+            "metric": metric_arr,
+            "step": pa.array(frame["step"].to_numpy(np.int64)),
+            "value": pa.array(frame["value"].to_numpy(np.float64)),
+            "attempt": pa.array(frame["attempt"].to_numpy(np.int16)),
+            "rank": pa.array(frame["rank"].to_numpy(np.int32)),
+            "wall_time": pa.array(frame["wall_time"].to_numpy(np.float64)),
+            "source_id": pa.array(np.full(n, source_id, np.int32)),
+        })
+        self.con.register("new_scalars", table)
+        try:
+            self.con.execute(
+                "INSERT INTO scalars SELECT run_id, CAST(metric AS VARCHAR), step, value, attempt, rank, "
+                "wall_time, source_id FROM new_scalars")
+        finally:
+            self.con.unregister("new_scalars")
+
+    def add_routing(self, run_id: int, source_id: int, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        n = len(frame)
+        table = pa.table({
+            "run_id": pa.array(np.full(n, run_id, np.int32)),
+            "step": pa.array(frame["step"].to_numpy(np.int64)),
+            "layer": pa.array(frame["layer"].to_numpy(np.int32)),
+            "expert": pa.array(frame["expert"].to_numpy(np.int32)),
+            "load": pa.array(frame["load"].to_numpy(np.float64)),
+            "attempt": pa.array(frame["attempt"].to_numpy(np.int16)),
+            "source_id": pa.array(np.full(n, source_id, np.int32)),
+        })
+        self.con.register("new_routing", table)
+        try:
+            self.con.execute("INSERT INTO routing SELECT * FROM new_routing")
+        finally:
+            self.con.unregister("new_routing")
