@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "runs": "moeproxy.commands.runs",
     "export": "moeproxy.commands.export",
     "formats": "moeproxy.commands.formats",
+    "plan": "moeproxy.commands.plan",
+    "build": "moeproxy.commands.build",
 }
 
 

@@ -1,0 +1,237 @@
+"""Build a proxy checkpoint: cluster each MoE layer's experts, keep one per cluster, stream the rest.
+
+``build_proxy(BuildSpec)`` runs, in order:
+1. checks (nothing written yet): the family is supported, the kept count satisfies the routing and
+   expert-parallel rules, the installed transformers instantiates the proxy config on meta, OUT
+   does not exist;
+2. per MoE layer: expert signatures (``features.FEATURE_METHODS[method]``), clustering and the kept
+   representatives (``cluster.choose_kept_experts``), with the same E' in every layer;
+3. streaming: every shard is rewritten into a temporary directory next to OUT, byte ranges only
+   (``checkpoint.write_shard``): backbone tensors copied unchanged, kept experts renumbered 0..E'-1,
+   router rows and biases sliced; config.json is the original dict with only the expert-count
+   (and top-k) fields changed; other files (tokenizer, generation config, code) are copied;
+4. the temporary directory is renamed to OUT (an interrupted build leaves no OUT), the proxy is
+   verified (``verify.verify_proxy``) and ``OUT/proxy_report.json`` written.
+Progress goes to an optional callback ``progress(stage, done, total, message)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from moeproxy.errors import InputError
+from moeproxy.proxy.arch import adapter_for
+from moeproxy.proxy.checkpoint import INDEX_NAME, SINGLE_NAME, OutputTensor, open_checkpoint, slice_ranges, write_shard
+from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_count
+
+REPORT_NAME = "proxy_report.json"
+ProgressFn = Callable[[str, int, int, str], None]
+
+
+class BuildSpec(BaseModel):
+    """Everything a proxy build needs; serialises to JSON (without the progress callback)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    src: Path
+    out: Path
+    keep_ratio: float | None = Field(default=None, gt=0, le=1)
+    keep_experts: int | None = Field(default=None, ge=1)
+    method: Literal["weights", "activations"] = "weights"
+    calibration: Path | None = None
+    max_calibration_tokens: int = Field(default=4096, ge=1)
+    select: Literal["medoid", "frequency"] = "medoid"
+    top_k: Literal["keep", "scale"] = "keep"
+    device: Literal["auto", "cpu", "cuda", "npu", "mps"] = "auto"
+    seed: int = 0
+    ep_size: int = Field(default=1, ge=1)
+    verify: bool = True
+    progress: Any = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _one_of_ratio_or_count(self):
+        if (self.keep_ratio is None) == (self.keep_experts is None):
+            raise ValueError("give exactly one of keep_ratio or keep_experts")
+        if self.method == "activations" and self.calibration is None:
+            raise ValueError("method 'activations' needs a calibration file")
+        if self.select == "frequency" and self.method != "activations":
+            raise ValueError("select 'frequency' needs routing statistics: use method 'activations'")
+        return self
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _copy_side_files(src: Path, dst: Path, shards: set[str]) -> list[str]:
+    copied = []
+    for item in sorted(src.iterdir()):
+        if item.is_dir() or item.name in shards or item.name in ("config.json", INDEX_NAME, REPORT_NAME):
+            continue
+        if item.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf"):
+            continue  # other weight files are not part of the proxy
+        shutil.copy2(item, dst / item.name)
+        copied.append(item.name)
+    return copied
+
+
+def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
+    """Build the proxy described by ``spec``; returns the proxy_report dict (also written to OUT)."""
+    from moeproxy.devices import resolve_device
+    from moeproxy.proxy.cluster import choose_kept_experts
+    from moeproxy.proxy.features import FEATURE_METHODS, FeatureContext
+    from moeproxy.proxy.layout import find_layout
+    from moeproxy.proxy.plan import plan_proxy
+    from moeproxy.proxy.verify import instantiate_on_meta, verify_proxy
+
+    spec = BuildSpec.model_validate(spec.model_dump() | {"progress": spec.progress})
+    report_progress = progress or spec.progress or (lambda *a: None)
+    started = time.time()
+    src, out = Path(spec.src), Path(spec.out)
+    if out.exists():
+        raise InputError(f"{out}: already exists; choose a new output directory")
+    # 1. checks before writing anything
+    ckpt = open_checkpoint(src)
+    adapter = adapter_for(ckpt.config, str(src / "config.json"))
+    n_group, topk_group = adapter.groups(ckpt.config)
+    shape = RoutingShape(adapter.num_experts(ckpt.config), adapter.top_k(ckpt.config), n_group, topk_group)
+    kept_count = resolve_kept_count(shape, spec.keep_ratio, spec.keep_experts, spec.top_k, spec.ep_size)
+    k_proxy = proxy_top_k(shape, kept_count, spec.top_k)
+    new_config = adapter.pruned_config(ckpt.config, kept_count, k_proxy)
+    try:
+        instantiate_on_meta(new_config)
+    except Exception as exc:
+        raise InputError(f"the installed transformers cannot instantiate the proxy config "
+                         f"({kept_count} experts, top-k {k_proxy}): {exc}") from exc
+    layout = find_layout(ckpt, adapter)
+    device = resolve_device(spec.device)
+
+    # 2. features, clusters, kept experts per layer
+    ctx = FeatureContext(ckpt, adapter, layout, seed=spec.seed, device=str(device),
+                         calibration=str(spec.calibration) if spec.calibration else None,
+                         max_calibration_tokens=spec.max_calibration_tokens)
+    clusters, feature_kind = {}, set()
+    total_layers = len(layout.layers)
+    report_progress("cluster", 0, total_layers, f"{spec.method} signatures, {total_layers} MoE layers")
+    t_cluster = time.time()
+    for done, (layer, feats) in enumerate(FEATURE_METHODS[spec.method](ctx), 1):
+        clusters[layer.layer] = (layer, choose_kept_experts(feats.features, kept_count, n_group, spec.select,
+                                                            feats.frequency), feats)
+        feature_kind.add(feats.kind)
+        report_progress("cluster", done, total_layers, f"layer {layer.layer}")
+    t_cluster = time.time() - t_cluster
+
+    # 3. stream the shards into a temporary directory
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir()
+    t_write = time.time()
+    try:
+        plan_by_shard: dict[str, list[OutputTensor]] = {shard: [] for shard in ckpt.shards}
+        layer_of_block = {layer.block: layer.layer for layer in layout.layers}
+        kept = {i: c.kept for i, (_, c, _) in clusters.items()}
+        for layer, c, _ in clusters.values():
+            new_id = {old: new for new, old in enumerate(c.kept)}
+            for old, names in layer.expert_tensors.items():
+                if old in new_id:
+                    for suffix, key in names.items():
+                        ref = ckpt.tensors[key]
+                        name = f"{layer.block}.experts.{new_id[old]}.{suffix}"
+                        plan_by_shard[ref.file.name].append(
+                            OutputTensor(name, ref.dtype, ref.shape, ref.file, [(ref.start, ref.end)]))
+            for suffix, key in list(layer.fused_tensors.items()) + [(s, k) for s, (k, d) in layer.router_tensors.items()]:
+                ref = ckpt.tensors[key]
+                dim = layer.router_tensors[suffix][1] if suffix in layer.router_tensors else 0
+                shape_out = list(ref.shape)
+                shape_out[dim] = len(c.kept)
+                plan_by_shard[ref.file.name].append(
+                    OutputTensor(key, ref.dtype, tuple(shape_out), ref.file, slice_ranges(ref, dim, c.kept)))
+        for key in layout.backbone:
+            ref = ckpt.tensors[key]
+            plan_by_shard[ref.file.name].append(OutputTensor(key, ref.dtype, ref.shape, ref.file, [(ref.start, ref.end)]))
+        weight_map, total_size, written = {}, 0, []
+        shards = [s for s in ckpt.shards if plan_by_shard[s]]
+        for n, shard in enumerate(shards, 1):
+            tensors = sorted(plan_by_shard[shard], key=lambda t: t.ranges[0][0])
+            total_size += write_shard(tmp / shard, tensors, ckpt.shard_metadata.get(shard))
+            weight_map.update({t.name: shard for t in tensors})
+            written.append(shard)
+            report_progress("write", n, len(shards), shard)
+        if (src / INDEX_NAME).exists() or len(written) != 1 or written[0] != SINGLE_NAME:
+            meta = dict(ckpt.index_metadata)
+            meta["total_size"] = total_size
+            if "total_parameters" in meta:
+                meta.pop("total_parameters")
+            index = {"metadata": meta, "weight_map": dict(sorted(weight_map.items()))}
+            (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps(new_config, indent=2) + "\n")
+        side_files = _copy_side_files(src, tmp, set(ckpt.shards))
+        t_write = time.time() - t_write
+        plan = _plan_or_none(plan_proxy, ckpt.config, kept_count, spec)
+        report = {
+            "source": str(src.resolve()),
+            "output": str(out.resolve()),
+            "family": adapter.model_type,
+            "spec": json.loads(spec.model_dump_json()),
+            "device": str(device),
+            "experts_before": shape.num_experts,
+            "experts_after": kept_count,
+            "top_k_before": shape.top_k,
+            "top_k_after": k_proxy,
+            "top_k_mode": spec.top_k,
+            "n_group": n_group,
+            "topk_group": topk_group,
+            "moe_layers": [layer.layer for layer in layout.layers],
+            "kept_experts": {str(i): c.kept for i, (_, c, _) in clusters.items()},
+            "clusters": {str(i): c.members for i, (_, c, _) in clusters.items()},
+            "routing_frequency": {str(i): f.frequency.tolist() for i, (_, _, f) in clusters.items()
+                                  if f.frequency is not None},
+            "features": sorted(feature_kind),
+            "config_changes": {k: [ckpt.config.get(k), v] for k, v in new_config.items() if ckpt.config.get(k) != v},
+            "files_copied": side_files,
+            "bytes_before": ckpt.total_bytes,
+            "bytes_after": total_size,
+            "layer_expert_bytes": layout.max_layer_expert_bytes,
+            "plan": plan,
+            "seconds": {"cluster": round(t_cluster, 3), "write": round(t_write, 3)},
+        }
+        (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    # 4. verify the written proxy, then finish the report
+    if spec.verify:
+        report_progress("verify", 0, 1, "loading proxy and masked full model")
+        t_verify = time.time()
+        report["verify"] = verify_proxy(ckpt, open_checkpoint(out), adapter, kept,
+                                        top_k=k_proxy if spec.top_k == "scale" else None, device=device, seed=spec.seed)
+        report["seconds"]["verify"] = round(time.time() - t_verify, 3)
+        report_progress("verify", 1, 1, "passed" if report["verify"]["passed"] else "FAILED")
+    else:
+        report["verify"] = {"skipped": "--no-verify"}
+    report["seconds"]["total"] = round(time.time() - started, 3)
+    report["peak_rss_bytes"] = _peak_rss_bytes()
+    from moeproxy.devices import peak_accelerator_bytes
+
+    report["peak_accelerator_bytes"] = peak_accelerator_bytes(device)
+    (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _plan_or_none(plan_proxy, config: dict, kept: int, spec: BuildSpec) -> dict | None:
+    try:
+        return plan_proxy(config, keep_experts=kept, top_k=spec.top_k, ep_size=spec.ep_size)
+    except Exception as exc:  # planning is informative; never fail a written build over it
+        return {"error": str(exc)}

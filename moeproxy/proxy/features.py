@@ -1,0 +1,185 @@
+"""Expert signatures for clustering, by registered method.
+
+``weights`` needs no data: each expert's signature is its router row (L2-normalised) joined with its
+response to fixed probe inputs (L2-normalised). The probes are rows of the model's own input
+embedding at seeded random token ids, RMS-normalised and scaled by the layer's post-attention norm,
+so they look like the inputs the experts really see. Both parts are invariant to the order of
+neurons inside an expert, so independently trained experts are comparable. One expert is read and
+dequantised (FP8 block scales) at a time. MXFP4 experts are not dequantised: their signature is the
+router row alone (recorded in the report).
+
+``activations`` (moeproxy.proxy.calibration) runs calibration tokens through the model layer by layer
+and returns each expert's mean output and routing frequency.
+
+Each method yields ``(MoeLayer, LayerFeatures)`` one MoE layer at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from moeproxy.errors import InputError
+from moeproxy.proxy.arch import FamilyAdapter
+from moeproxy.proxy.checkpoint import Checkpoint
+from moeproxy.proxy.layout import MoeLayer, MoeLayout
+
+PROBE_TOKENS = 64
+
+
+@dataclass
+class LayerFeatures:
+    features: np.ndarray  # [E, D]
+    frequency: np.ndarray | None = None  # [E] routed-token counts (calibration only)
+    saliency: np.ndarray | None = None  # [E] mean gate-weighted output norm over routed tokens
+    kind: str = ""
+
+
+@dataclass
+class FeatureContext:
+    ckpt: Checkpoint
+    adapter: FamilyAdapter
+    layout: MoeLayout
+    seed: int = 0
+    device: str = "cpu"
+    calibration: str | None = None
+    max_calibration_tokens: int = 4096
+
+
+def _normalise(x):
+    import torch
+
+    n = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-12)
+    return x / n
+
+
+class TensorReader:
+    """Reads whole tensors (or dim-0 rows) with safe_open, one file handle per call scope."""
+
+    def __init__(self, ckpt: Checkpoint):
+        self.ckpt = ckpt
+        self._handles = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._handles.clear()  # drop the mmaps: touched pages stop counting against us
+
+    def _handle(self, key):
+        from safetensors import safe_open
+
+        f = self.ckpt.tensors[key].file
+        if f not in self._handles:
+            self._handles[f] = safe_open(str(f), framework="pt", device="cpu")
+        return self._handles[f]
+
+    def get(self, key):
+        return self._handle(key).get_tensor(key)
+
+    def row(self, key, i):
+        return self._handle(key).get_slice(key)[i : i + 1][0]
+
+    def has(self, key) -> bool:
+        return key in self.ckpt.tensors
+
+
+def dequantise_fp8(weight, scale_inv):
+    """Block-scaled FP8 (DeepSeek-V3: 128x128 blocks) to float32."""
+    out_dim, in_dim = weight.shape
+    bo = -(-out_dim // scale_inv.shape[0])
+    bi = -(-in_dim // scale_inv.shape[1])
+    scale = scale_inv.float().repeat_interleave(bo, 0)[:out_dim].repeat_interleave(bi, 1)[:, :in_dim]
+    return weight.float() * scale
+
+
+def _per_expert_weight(reader: TensorReader, names: dict[str, str], suffix: str):
+    key = names[suffix]
+    w = reader.get(key)
+    scale_key = names.get(suffix + "_scale_inv")
+    if scale_key is not None:
+        return dequantise_fp8(w, reader.get(scale_key))
+    return w.float()
+
+
+def probe_inputs(ctx: FeatureContext, reader: TensorReader, layer: MoeLayer):
+    import torch
+
+    emb_keys = [k for k in ctx.ckpt.tensors if k.endswith("embed_tokens.weight")]
+    if not emb_keys:
+        raise InputError(f"{ctx.ckpt.path}: no embed_tokens.weight to build probe inputs from")
+    vocab = ctx.ckpt.tensors[emb_keys[0]].shape[0]
+    gen = torch.Generator().manual_seed(ctx.seed)
+    ids = torch.randint(0, vocab, (PROBE_TOKENS,), generator=gen)
+    rows = torch.stack([reader.row(emb_keys[0], int(i)).float() for i in ids])
+    rows = rows * torch.rsqrt(rows.pow(2).mean(-1, keepdim=True) + 1e-6)
+    norm_key = layer.block.rsplit(".", 1)[0] + ".post_attention_layernorm.weight"
+    if reader.has(norm_key):
+        rows = rows * reader.get(norm_key).float()
+    return rows
+
+
+def _activation(name: str):
+    import torch.nn.functional as F
+
+    return {"silu": F.silu, "swish": F.silu, "gelu": F.gelu, "relu": F.relu}.get(name, F.silu)
+
+
+def weight_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFeatures]]:
+    import torch
+
+    act = _activation(ctx.ckpt.config.get("hidden_act", "silu"))
+    a = ctx.adapter
+    for layer in ctx.layout.layers:
+        with TensorReader(ctx.ckpt) as reader, torch.no_grad():
+            router_key = next(k for s, (k, d) in layer.router_tensors.items() if s.endswith("weight"))
+            router = _normalise(reader.get(router_key).float())
+            parts = [router]
+            kind = "router rows"
+            x = None
+            if a.layout == "per_expert":
+                x = probe_inputs(ctx, reader, layer)
+                responses = []
+                for e in range(layer.num_experts):
+                    names = layer.expert_tensors[e]
+                    g = x @ _per_expert_weight(reader, names, a.gate_name).T
+                    u = x @ _per_expert_weight(reader, names, a.up_name).T
+                    y = (act(g) * u) @ _per_expert_weight(reader, names, a.down_name).T
+                    responses.append(y.flatten())
+                parts.append(_normalise(torch.stack(responses)))
+                kind = "router rows + probe responses"
+            elif "gate_up_proj" in layer.fused_tensors:  # GPT-OSS style, unquantised
+                x = probe_inputs(ctx, reader, layer)
+                f = layer.fused_tensors
+                limit = float(ctx.ckpt.config.get("swiglu_limit", 7.0))
+                alpha = float(ctx.ckpt.config.get("swiglu_alpha", 1.702))
+                responses = []
+                for e in range(layer.num_experts):
+                    gu = x @ reader.row(f["gate_up_proj"], e).float()
+                    if "gate_up_proj_bias" in f:
+                        gu = gu + reader.row(f["gate_up_proj_bias"], e).float()
+                    gate = gu[..., ::2].clamp(max=limit)
+                    up = gu[..., 1::2].clamp(-limit, limit)
+                    h = (up + 1) * gate * torch.sigmoid(gate * alpha)
+                    y = h @ reader.row(f["down_proj"], e).float()
+                    if "down_proj_bias" in f:
+                        y = y + reader.row(f["down_proj_bias"], e).float()
+                    responses.append(y.flatten())
+                parts.append(_normalise(torch.stack(responses)))
+                kind = "router rows + probe responses"
+            feats = torch.cat(parts, dim=1).numpy()
+        yield layer, LayerFeatures(feats, kind=kind)
+
+
+def activation_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFeatures]]:
+    from moeproxy.proxy.calibration import calibrate
+
+    yield from calibrate(ctx)
+
+
+FEATURE_METHODS: dict[str, Callable[[FeatureContext], Iterator[tuple[MoeLayer, LayerFeatures]]]] = {
+    "weights": weight_features,
+    "activations": activation_features,
+}

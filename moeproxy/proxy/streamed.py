@@ -1,0 +1,150 @@
+"""Run a checkpoint through its transformers model one decoder layer at a time.
+
+The model is built on the meta device; the embeddings, final norm and LM head are materialised,
+and each decoder layer is loaded from the safetensors shards just before its forward and freed
+right after (``layer.to("meta")``), so memory holds one layer's weights plus activations. On-disk
+keys are converted to transformers' in-memory layout here (per-expert tensors stacked into fused
+``gate_up_proj``/``down_proj``; Mixtral's ``block_sparse_moe`` renamed to ``mlp``). Loading uses
+``load_state_dict(strict=True)``, so a missing, extra or wrongly shaped tensor is an error.
+``on_layer_loaded(index, layer)`` lets callers mask experts or attach statistics hooks.
+Used by the ``activations`` feature method and by post-build verification.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from moeproxy.errors import InputError
+from moeproxy.proxy.arch import FamilyAdapter
+from moeproxy.proxy.checkpoint import Checkpoint
+
+_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def checkpoint_quantisation(config: dict) -> str | None:
+    return (config.get("quantization_config") or {}).get("quant_method")
+
+
+class StreamedModel:
+    def __init__(self, ckpt: Checkpoint, adapter: FamilyAdapter, device="cpu", dtype=None,
+                 on_layer_loaded: Callable | None = None):
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        quant = checkpoint_quantisation(ckpt.config)
+        if quant:
+            raise InputError(f"{ckpt.path}: running a {quant}-quantised checkpoint layer by layer is not "
+                             "supported (calibration and forward verification need unquantised weights)")
+        self.ckpt, self.adapter, self.device = ckpt, adapter, torch.device(device)
+        if dtype is None:
+            name = str(ckpt.config.get("torch_dtype") or ckpt.config.get("dtype") or "float32")
+            dtype = getattr(torch, _DTYPES.get(name.replace("torch.", ""), "float32"))
+        self.dtype = dtype
+        self.config = AutoConfig.from_pretrained(str(ckpt.path))
+        with torch.device("meta"):
+            self.model = AutoModelForCausalLM.from_config(self.config, attn_implementation="eager", dtype=dtype)
+        self.model.eval()
+        self.on_layer_loaded = on_layer_loaded
+        self.layers = self.model.model.layers
+        self._materialise_outer()
+        for i, layer in enumerate(self.layers):
+            layer.register_forward_pre_hook(self._make_loader(i))
+            layer.register_forward_hook(self._make_unloader(i))
+
+    # --- tensors --------------------------------------------------------------------------------
+    def _read(self, keys: list[str]) -> dict:
+        from safetensors import safe_open
+
+        out, by_file = {}, {}
+        for k in keys:
+            by_file.setdefault(self.ckpt.tensors[k].file, []).append(k)
+        for f, ks in by_file.items():
+            with safe_open(str(f), framework="pt", device="cpu") as h:
+                for k in ks:
+                    out[k] = h.get_tensor(k)
+        return out
+
+    def _materialise_outer(self):
+        import torch
+
+        base = self.model.model
+        for name, child in base.named_children():
+            if name == "layers":
+                continue
+            if "rotary" in name:  # non-persistent buffers: rebuild on the real device
+                setattr(base, name, type(child)(config=self.config).to(self.device))
+            else:
+                child.to_empty(device=self.device)
+        self.model.lm_head.to_empty(device=self.device)
+        wanted = {k: v for k, v in self.model.state_dict().items() if ".layers." not in k and "rotary" not in k}
+        disk = self._read([k for k in wanted if k in self.ckpt.tensors])
+        if "lm_head.weight" in wanted and "lm_head.weight" not in disk:
+            if not getattr(self.config, "tie_word_embeddings", False):
+                raise InputError(f"{self.ckpt.path}: lm_head.weight missing and embeddings are not tied")
+        missing = [k for k in wanted if k not in disk and k != "lm_head.weight"]
+        if missing:
+            raise InputError(f"{self.ckpt.path}: tensors missing for {missing[:3]}")
+        with torch.no_grad():
+            for k, v in disk.items():
+                self.model.get_parameter(k).copy_(v)
+            if "lm_head.weight" not in disk:
+                self.model.lm_head.weight = self.model.model.embed_tokens.weight
+
+    def layer_state_dict(self, index: int) -> dict:
+        import torch
+
+        prefix = f"model.layers.{index}."
+        keys = [k for k in self.ckpt.tensors if k.startswith(prefix)]
+        if not keys:
+            raise InputError(f"{self.ckpt.path}: no tensors for decoder layer {index}")
+        raw = self._read(keys)
+        a = self.adapter
+        rename = a.memory_block_rename
+        expert_re = re.compile(rf"^(?P<pre>.+)\.experts\.(?P<e>\d+)\.(?P<name>.+)$")
+        sd, experts = {}, {}
+        for k, v in raw.items():
+            mem = k
+            if rename:
+                mem = mem.replace(*rename)
+            m = expert_re.match(mem) if a.layout == "per_expert" else None
+            if m:
+                experts.setdefault(m["pre"], {}).setdefault(int(m["e"]), {})[m["name"]] = v
+            else:
+                sd[mem[len(prefix):]] = v
+        for pre, by_id in experts.items():
+            ids = sorted(by_id)
+            gate_up = torch.stack([torch.cat([by_id[e][a.gate_name], by_id[e][a.up_name]], 0) for e in ids])
+            down = torch.stack([by_id[e][a.down_name] for e in ids])
+            local = pre[len(prefix):]
+            sd[f"{local}.experts.gate_up_proj"] = gate_up
+            sd[f"{local}.experts.down_proj"] = down
+        return sd
+
+    def _make_loader(self, index: int):
+        def hook(layer, args):
+            sd = self.layer_state_dict(index)
+            layer.to_empty(device=self.device)
+            try:
+                layer.load_state_dict(sd, strict=True)
+            except RuntimeError as exc:
+                first = str(exc).splitlines()[0:3]
+                raise InputError(f"{self.ckpt.path}: decoder layer {index} does not load into "
+                                 f"{type(layer).__name__}: {' '.join(first)}") from exc
+            if self.on_layer_loaded is not None:
+                self.on_layer_loaded(index, layer)
+        return hook
+
+    def _make_unloader(self, index: int):
+        def hook(layer, args, output):
+            layer.to("meta")
+        return hook
+
+    def logits(self, input_ids, attention_mask=None):
+        import torch
+
+        with torch.no_grad():
+            out = self.model(input_ids=input_ids.to(self.device),
+                             attention_mask=None if attention_mask is None else attention_mask.to(self.device),
+                             use_cache=False)
+        return out.logits
