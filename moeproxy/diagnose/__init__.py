@@ -1,0 +1,23 @@
+"""Failure diagnosis: classify what went wrong in a run, from which step, and why we think so.
+
+Pure functions over a run's series (numpy/pandas/ruptures; no SQL, no Streamlit, no torch).
+``diagnose_frame(frame)`` takes the long form ``(step, metric, value)`` and returns the findings
+contract of shared/DESIGN.md; ``render_text`` prints it for people; ``DETECTORS`` lists the
+registered detectors; ``DETECTOR_VERSION`` is saved with stored findings so the dashboard knows
+when they are stale.
+"""
+
+from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.diagnosis import diagnose_frame, diagnose_run, diagnose_series
+from moeproxy.diagnose.registry import DETECTORS, all_detectors, register_detector
+from moeproxy.diagnose.render import render_text
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.taxonomy import CATEGORIES, MAIN_CATEGORIES, SECONDARY_CATEGORIES, Finding
+
+DETECTOR_VERSION = "diagnose-1.0"
+
+__all__ = [
+    "CATEGORIES", "DETECTORS", "DETECTOR_VERSION", "DiagnoseConfig", "Finding", "MAIN_CATEGORIES",
+    "RunSeries", "SECONDARY_CATEGORIES", "all_detectors", "diagnose_frame", "diagnose_run",
+    "diagnose_series", "register_detector", "render_text",
+]

@@ -1,0 +1,62 @@
+"""Typed, validated thresholds for the detectors (one frozen dataclass, JSON round-trip).
+
+Defaults follow shared/research/logs-and-failures.md §2 (sources there): NIST modified-z 3.5,
+Megatron's spiky factor 10, fp16 max 65504 and msprobe's 1e10 magnitude alarm, verl's
+rollout_probs_diff 0.01, rollout IS window [0.5, 2.0], router entropy drop 30%, entropy
+collapse below 10-20% of the start value. ``DiagnoseConfig.from_dict`` rejects unknown keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class DiagnoseConfig:
+    robust_z: float = 3.5              # modified z (0.6745 * dev / MAD) that marks a departure
+    min_history: int = 3               # records needed before any departure can be judged
+    grad_norm_factor: float = 3.0      # sustained grad-norm level rise that counts as divergence
+    loss_factor: float = 1.25          # sustained positive-loss level rise that counts as divergence
+    spike_factor: float = 10.0         # Megatron SPIKY_LOSS_FACTOR: a big short spike
+    saturation_abs: float = 1e10       # msprobe AnomalyNan magnitude threshold
+    fp16_max: float = 65504.0
+    loss_scale_window: int = 1000      # Megatron default: growth/halving window (iterations)
+    loss_scale_collapse_halvings: int = 3
+    logprob_diff_limit: float = 0.01   # verl FAQ: > 0.01 = inference precision issue
+    logprob_diff_growth: float = 3.0
+    is_ratio_low: float = 0.5
+    is_ratio_high: float = 2.0
+    mismatch_kl_limit: float = 2e-3    # train-vs-rollout KL: 1e-3 acceptable, MoE ~1.5e-3 (R3)
+    routing_entropy_drop: float = 0.30
+    load_imbalance_factor: float = 2.0
+    aux_loss_factor: float = 1.5
+    entropy_floor_fraction: float = 0.15
+    reward_drop_fraction: float = 0.5  # share of the gained reward lost, sustained
+    kl_factor: float = 10.0
+    kl_floor: float = 0.05
+    length_factor: float = 2.0
+    truncation_limit: float = 0.1
+    vanishing_fraction: float = 1e-3
+    vanishing_min_records: int = 5
+    tie_fraction: float = 0.01         # onsets closer than this share of the step range are "together"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"diagnose config {f.name}={value!r}: expected a number")
+            if value < 0:
+                raise ValueError(f"diagnose config {f.name}={value!r}: must be >= 0")
+        if self.is_ratio_low >= self.is_ratio_high:
+            raise ValueError("diagnose config: is_ratio_low must be below is_ratio_high")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DiagnoseConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"diagnose config: unknown key(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

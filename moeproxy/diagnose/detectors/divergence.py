@@ -1,0 +1,97 @@
+"""Divergence detector: a loss or grad-norm spike or sustained blow-up that is finite at first.
+
+On log10 of the positive values (zeros, e.g. GRPO groups with zero reward variance, carry no
+signal), a departure must stand out from the run's own recent noise (robust z) and move by at
+least a factor (3x grad norm, 1.25x loss). It is critical when it lasts: >= 2 records that never
+come back (or that run into the first non-finite value: the overflow is then a consequence),
+>= 3 records that later recover, or >= 2 records of a 10x spike (Megatron's spiky factor). A
+single record that recovers is a blip: reported as a warning, never the verdict. Records of the
+fp16 loss-scale search at start-up are ignored; signed losses (RL policy losses) are skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.detectors.overflow import startup_end_step
+from moeproxy.diagnose.registry import register_detector
+from moeproxy.diagnose.robust import find_departures, fmt, log10_positive
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
+
+
+def _candidates(run: RunSeries) -> list[tuple[str, str]]:
+    """(metric name, kind) pairs: the canonical grad norm and loss, plus other *grad_norm keys."""
+    out: list[tuple[str, str]] = []
+    for canonical in ("grad_norm", "loss"):
+        found = run.resolve(canonical)
+        if found:
+            out.append((found[0], "grad" if canonical == "grad_norm" else "loss"))
+    seen = {n for n, _ in out}
+    for name, _ in run.matching(lambda n: n.endswith("grad_norm") and n not in seen):
+        out.append((name, "grad"))
+    return out
+
+
+def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
+                             start_end: int | None) -> list[Finding]:
+    if start_end is not None:
+        series = series[series.index > start_end]
+    vals = series.to_numpy()
+    steps = series.index.to_numpy()
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(vals) | (np.abs(vals) >= cfg.fp16_max * 0.999)
+    cut = int(np.flatnonzero(bad)[0]) if bad.any() else len(vals)
+    prefix = vals[:cut]
+    finite = prefix[np.isfinite(prefix)]
+    if finite.size <= cfg.min_history or (finite < 0).any():
+        return []
+    factor = cfg.grad_norm_factor if kind == "grad" else cfg.loss_factor
+    y = log10_positive(prefix)
+    deps = find_departures(y, +1, min_delta=float(np.log10(factor)), z=cfg.robust_z,
+                           min_history=cfg.min_history)
+    last = int(np.flatnonzero(np.isfinite(y))[-1]) if np.isfinite(y).any() else -1
+    truncated = cut < len(vals)
+    out: list[Finding] = []
+    blips: list[tuple[int, float]] = []
+    for d in deps:
+        peak = 10 ** (y[d.peak] - d.baseline)
+        base = 10 ** d.baseline
+        n_rec = int(np.isfinite(y[d.first : d.end + 1]).sum())
+        at_end = d.end == last
+        if at_end and truncated:
+            critical, tail = n_rec >= 2, (f"; then {fmt(vals[cut])} at step {int(steps[cut])}")
+        elif at_end:
+            critical, tail = n_rec >= 2, "; it had not come back by the last record"
+        else:
+            critical = n_rec >= 3 or (n_rec >= 2 and peak >= cfg.spike_factor)
+            tail = f"; back in band after step {int(steps[d.end])}"
+        if not critical:
+            blips.append((int(steps[d.first]), peak))
+            continue
+        rule = "sustained_rise" if (at_end or n_rec >= 3) else "multi_record_spike"
+        top = d.onset + int(np.nanargmax(np.where(np.isfinite(y[d.onset:]), y[d.onset:], -np.inf)))
+        if not at_end and not truncated:
+            top = d.peak
+        out.append(Finding(DIVERGENCE, int(steps[d.onset]), CRITICAL, name, rule,
+                           f"{name} went from a median of {fmt(base)} to {fmt(vals[top])} "
+                           f"({fmt(10 ** (y[top] - d.baseline))}x) between step {int(steps[d.onset])} "
+                           f"and {int(steps[top])}, {n_rec} records above its noise band{tail}"))
+        blips = [b for b in blips if b[0] < int(steps[d.onset])]
+        break
+    if blips:
+        step, peak = max(blips, key=lambda b: b[1])
+        out.append(Finding(DIVERGENCE, blips[0][0], WARNING, name, "isolated_spike",
+                           f"{len(blips)} isolated {name} spike(s) that recovered at once "
+                           f"(largest {fmt(peak)}x its median, at step {step}): not divergence"))
+    return out
+
+
+@register_detector("divergence", "loss or grad-norm spike or sustained blow-up, finite at first")
+def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    start_end = startup_end_step(run)
+    out: list[Finding] = []
+    for name, kind in _candidates(run):
+        out += detect_series_divergence(name, kind, run.get(name), cfg, start_end)
+    return out

@@ -1,0 +1,65 @@
+"""Entropy-collapse detector: the policy stops exploring while the reward stops improving.
+
+Rule (shared/research/logs-and-failures.md §2 row 5, arXiv 2505.22617): healthy GRPO entropy
+falls ~73% early on, so only a fall below ``entropy_floor_fraction`` (15%) of the start value
+counts, and only while the reward stalls (no clear gain from the onset to the end). Entropy that
+collapses while the reward still climbs is sharpening: reported as a warning.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.registry import register_detector
+from moeproxy.diagnose.robust import fmt, head_level, tail_level
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.shifts import sustained_shift
+from moeproxy.diagnose.taxonomy import CRITICAL, ENTROPY_COLLAPSE, WARNING, Finding
+
+
+def reward_gain_after(run: RunSeries, step: int) -> tuple[str, float, float] | None:
+    """(name, gain from ``step`` to the end, noise sigma) of the reward, or None if not logged."""
+    found = run.resolve("reward_mean")
+    if found is None:
+        return None
+    name, r = found
+    r = r[np.isfinite(r.to_numpy())]
+    after = r[r.index >= step].to_numpy()
+    if len(after) < 4:
+        return None
+    k = max(2, len(after) // 4)
+    gain = float(np.median(after[-k:]) - np.median(after[:k]))
+    noise = float(np.median(np.abs(np.diff(r.to_numpy())))) * 1.4826 / np.sqrt(2) if len(r) > 2 else 0.0
+    return name, gain, noise
+
+
+@register_detector("entropy_collapse", "policy entropy to a small fraction of its start while reward stalls")
+def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    found = run.resolve("policy_entropy")
+    if found is None:
+        return []
+    name, s = found
+    s = s[np.isfinite(s.to_numpy())]
+    if len(s) <= cfg.min_history:
+        return []
+    vals = s.to_numpy()
+    start, end = head_level(vals, share=0.05), tail_level(vals)
+    if not start > 0 or end > cfg.entropy_floor_fraction * start:
+        return []
+    # a short baseline window follows the healthy early decay, so only the collapse departs
+    shift = sustained_shift(s, -1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history,
+                            window=max(5, len(s) // 10))
+    onset = shift.onset_step if shift else int(s.index[int(np.argmax(vals < 0.5 * start))])
+    reward = reward_gain_after(run, onset)
+    text = (f"{name} fell from {fmt(start)} to {fmt(end)} ({fmt(100 * end / start)}% of its start, "
+            f"limit {fmt(100 * cfg.entropy_floor_fraction)}%) from step {onset}")
+    if reward is not None:
+        rname, gain, noise = reward
+        if gain > max(3 * noise, 0.02 * max(abs(float(run.get(rname).max())), 1e-9)):
+            return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_rising",
+                            text + f"; {rname} still gained {fmt(gain)} afterwards (sharpening)")]
+        text += f"; {rname} changed by {fmt(gain)} afterwards (stalled)"
+    else:
+        text += "; no reward logged to confirm a stall"
+    return [Finding(ENTROPY_COLLAPSE, onset, CRITICAL, name, "entropy_floor", text)]

@@ -1,0 +1,190 @@
+"""Overflow detector: non-finite loss/grad values, loss-scale collapse, skipped/NaN iterations
+beyond the fp16 loss-scale search at start-up, and values saturated at the dtype maximum.
+
+Rules (shared/research/logs-and-failures.md §2 row 1): any non-finite value in a loss/grad key
+is critical (the first step and key are reported); bf16 runs need no scaler, so any skipped or
+NaN iteration is critical; fp16 runs start with a loss-scale search (2^32 halved on every
+skipped step) that is not a failure, and afterwards an isolated skip is ordinary dynamic
+scaling, but >= 3 halvings within the loss-scale window or reaching the minimum scale (1.0) is a
+collapse; Ascend saturation mode produces no inf, only |x| at the fp16 maximum (65504) or huge
+values (msprobe's 1e10 alarm).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.registry import register_detector
+from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.taxonomy import CRITICAL, INFO, OVERFLOW, WARNING, Finding
+
+_VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
+
+
+def is_numeric_health_key(name: str) -> bool:
+    """Loss and gradient keys (plus entropy/KL, which go non-finite with them); not validation,
+    not the loss scale itself."""
+    low = name.lower()
+    if _VALIDATION_TOKENS.intersection(re.split(r"[/_\s:]+", low)) or low.startswith("val"):
+        return False
+    if "scale" in low or "coef" in low or low.endswith("lr"):
+        return False
+    return ("loss" in low or "grad_norm" in low or "grad norm" in low or "grad-norm" in low
+            or low in ("policy_entropy", "kl", "ppo_kl"))
+
+
+def startup_end_step(run: RunSeries) -> int | None:
+    """Last step of the fp16 loss-scale search at start-up, or None (bf16 / no scaler logged)."""
+    found = run.resolve("loss_scale")
+    if found is None:
+        return None
+    scale = found[1].dropna()
+    if not (scale > 1).any():
+        return None
+    skipped_found = run.resolve("skipped_iters")
+    skipped = skipped_found[1] if skipped_found else None
+    values, steps = scale.to_numpy(), scale.index.to_numpy()
+    end = None
+    for i in range(len(values)):
+        decreased = i > 0 and values[i] < values[i - 1]
+        will_decrease = i == 0 and len(values) > 1 and values[1] < values[0]
+        skip = bool(skipped is not None and steps[i] in skipped.index and skipped.loc[steps[i]] > 0)
+        if decreased or will_decrease or skip:
+            end = int(steps[i])
+        else:
+            break
+    return end
+
+
+def _median_before(series: pd.Series, step: int, last: int = 20) -> float:
+    prior = series[series.index < step]
+    prior = prior[np.isfinite(prior.to_numpy())].tail(last)
+    return float(prior.median()) if len(prior) else float("nan")
+
+
+def _loss_scale_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) -> list[Finding]:
+    found = run.resolve("loss_scale")
+    if found is None:
+        return []
+    name, scale = found[0], found[1].dropna()
+    if not (scale > 1).any():
+        return []
+    steps, values = scale.index.to_numpy(), scale.to_numpy()
+    out: list[Finding] = []
+    floor_hits = np.flatnonzero(values <= 1.0)
+    if floor_hits.size:
+        j = int(floor_hits[0])
+        i = j
+        while i > 0 and (values[i - 1] > values[i]
+                         or (values[i - 1] == values[i] and i > 1 and values[i - 2] > values[i - 1])):
+            i -= 1
+        if start_end is not None and steps[i] <= start_end:
+            i = 0
+        out.append(Finding(OVERFLOW, int(steps[i]), CRITICAL, name, "loss_scale_min",
+                           f"{name} fell from {fmt(values[i])} to the minimum {fmt(values[j])} "
+                           f"at step {int(steps[j])}: overflows persist even without scaling"))
+        return out
+    post = steps > (start_end if start_end is not None else steps[0] - 1)
+    need = 2.0 ** cfg.loss_scale_collapse_halvings
+    for j in np.flatnonzero(post):
+        if j == 0 or values[j] >= values[j - 1]:
+            continue
+        in_window = (steps >= steps[j] - cfg.loss_scale_window) & (steps <= steps[j]) & post
+        cand = np.flatnonzero(in_window)
+        top = cand[int(np.argmax(values[cand]))]
+        if values[top] / values[j] >= need:
+            first_drop = next(k for k in range(top + 1, j + 1) if values[k] < values[k - 1])
+            out.append(Finding(OVERFLOW, int(steps[first_drop]), CRITICAL, name, "loss_scale_collapse",
+                               f"{name} halved {int(round(np.log2(values[top] / values[j])))} times "
+                               f"within {int(steps[j] - steps[top])} steps ({fmt(values[top])} -> "
+                               f"{fmt(values[j])} at step {int(steps[j])}), beyond the start-up search"))
+            break
+    return out
+
+
+def _counter_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, fp16: bool) -> list[Finding]:
+    out: list[Finding] = []
+    for canonical in ("nan_iters", "skipped_iters"):
+        found = run.resolve(canonical)
+        if found is None:
+            continue
+        name, counts = found
+        counts = counts.dropna()
+        if start_end is not None:
+            counts = counts[counts.index > start_end]
+        hits = counts[counts > 0]
+        if hits.empty:
+            continue
+        first, total = int(hits.index[0]), float(hits.sum())
+        where = " after the fp16 loss-scale search" if start_end is not None else ""
+        if not fp16:
+            out.append(Finding(OVERFLOW, first, CRITICAL, name, f"{canonical}_bf16",
+                               f"{name} = {fmt(hits.iloc[0])} at step {first}{where} "
+                               f"({fmt(total)} in {len(hits)} records); a run without loss scaling "
+                               f"should skip none"))
+        elif canonical == "nan_iters":
+            sev = CRITICAL if len(hits) >= 2 else WARNING
+            out.append(Finding(OVERFLOW, first, sev, name, "nan_iters_fp16",
+                               f"{name} = {fmt(hits.iloc[0])} at step {first}{where} "
+                               f"({fmt(total)} NaN iterations in {len(hits)} records)"))
+        else:
+            out.append(Finding(OVERFLOW, first, INFO, name, "skipped_iters_fp16",
+                               f"{fmt(total)} skipped iterations in {len(hits)} records from step "
+                               f"{first}{where}: ordinary fp16 dynamic loss scaling unless the scale collapses"))
+    return out
+
+
+def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, fp16: bool) -> list[Finding]:
+    out: list[Finding] = []
+    for name, series in run.matching(is_numeric_health_key):
+        s = series if start_end is None else series[series.index > start_end]
+        vals = s.to_numpy()
+        bad = np.flatnonzero(~np.isfinite(vals))
+        if bad.size:
+            j = int(bad[0])
+            step = int(s.index[j])
+            isolated = j + 1 < len(vals) and np.isfinite(vals[j + 1:]).all() and bad.size == 1
+            grad_key = "grad" in name.lower()
+            sev = WARNING if (fp16 and grad_key and isolated) else CRITICAL
+            note = " (an isolated skipped fp16 step)" if sev == WARNING else ""
+            out.append(Finding(OVERFLOW, step, sev, name, "nonfinite_value",
+                               f"{name} went from a median of {fmt(_median_before(series, step))} to "
+                               f"{fmt(vals[j])} at step {step}; {bad.size} non-finite of {len(vals)} "
+                               f"records{note}"))
+            vals = vals[:j]  # saturation before the first non-finite value still counts
+        with np.errstate(invalid="ignore"):
+            mag = np.abs(vals)
+            near_max = (mag >= cfg.fp16_max * 0.999) & (mag <= cfg.fp16_max * 1.001)
+            huge = mag >= cfg.saturation_abs
+        sat = np.flatnonzero(near_max | huge)
+        if sat.size:
+            j = int(sat[0])
+            step = int(s.index[j])
+            why = (f"the fp16 maximum {fmt(cfg.fp16_max)}" if near_max[j]
+                   else f"above {fmt(cfg.saturation_abs)}")
+            out.append(Finding(OVERFLOW, step, CRITICAL, name, "saturated_value",
+                               f"{name} reached {fmt(vals[j])} at step {step} ({why}; median before "
+                               f"{fmt(_median_before(series, step))}): saturation-mode overflow "
+                               f"produces no inf"))
+    return out
+
+
+@register_detector("overflow", "non-finite loss/grad, loss-scale collapse, skipped/NaN iterations, saturation")
+def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    start_end = startup_end_step(run)
+    found = run.resolve("loss_scale")
+    fp16 = bool(found is not None and (found[1].dropna() > 1).any())
+    findings = _value_findings(run, cfg, start_end, fp16)
+    findings += _loss_scale_findings(run, cfg, start_end)
+    findings += _counter_findings(run, cfg, start_end, fp16)
+    if start_end is not None:
+        findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
+                                f"fp16 loss-scale search at start-up up to step {start_end} is not a "
+                                f"failure ({found[0]} {fmt(found[1].dropna().iloc[0])} -> "
+                                f"{fmt(found[1].loc[:start_end].dropna().iloc[-1])})"))
+    return findings

@@ -1,0 +1,92 @@
+"""Precision-mismatch detector: the trainer and the rollout engine disagree about the policy.
+
+Rules (shared/research/logs-and-failures.md §2 row 3): trainer-vs-rollout probability/log-prob
+difference normal < 0.005, > 0.01 an inference-precision issue (verl FAQ); the rollout
+importance ratio should hover at 1 and is flagged outside [0.5, 2.0] (verl rollout_corr); a
+train-vs-rollout KL (gen_kl_error, rollout_corr/kl, vllm_kl) should stay near 1e-3 (NeMo-RL;
+MoE runs sit around 1.5e-3, R3 paper). A mismatch is reported from where it started to grow,
+not from where it crossed the limit. Two runs that should match are compared by ``pair.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.registry import register_detector
+from moeproxy.diagnose.robust import fmt, head_level
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.shifts import sustained_shift
+from moeproxy.diagnose.taxonomy import CRITICAL, PRECISION_MISMATCH, WARNING, Finding
+
+MISMATCH_KL_NAMES = ("rollout_corr/k3_kl", "rollout_corr/kl", "gen_kl_error", "policy_kl_error",
+                     "vllm_kl", "train/vllm_kl", "js_divergence_error", "train/gen_kl_error")
+
+
+def _rising_gap(name: str, series, cfg: DiagnoseConfig, limit: float, rule: str) -> Finding | None:
+    s = series.dropna()
+    s = s[np.isfinite(s.to_numpy())]
+    if len(s) <= cfg.min_history:
+        return None
+    shift = sustained_shift(s, +1, factor=cfg.logprob_diff_growth, z=cfg.robust_z,
+                            min_history=cfg.min_history)
+    if shift is not None and shift.peak > limit:
+        return Finding(PRECISION_MISMATCH, shift.onset_step, CRITICAL, name, rule,
+                       f"{name} rose from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
+                       f"(limit {fmt(limit)}) from step {shift.onset_step}, peak at step "
+                       f"{shift.peak_step}")
+    start = head_level(s.to_numpy())
+    above = s[s > limit]
+    if start > limit and len(above) >= 0.8 * len(s):
+        return Finding(PRECISION_MISMATCH, int(s.index[0]), CRITICAL, name, rule + "_from_start",
+                       f"{name} is above {fmt(limit)} from the first record (median "
+                       f"{fmt(float(s.median()))}): trainer and rollout disagree from the start")
+    if len(above) >= 2:
+        return Finding(PRECISION_MISMATCH, int(above.index[0]), WARNING, name, rule + "_excursion",
+                       f"{name} exceeded {fmt(limit)} in {len(above)} of {len(s)} records "
+                       f"(first at step {int(above.index[0])}, max {fmt(float(s.max()))})")
+    return None
+
+
+def _ratio_drift(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
+    s = series.dropna()
+    s = s[np.isfinite(s.to_numpy()) & (s.to_numpy() > 0)]
+    if len(s) <= cfg.min_history:
+        return None
+    dev = np.abs(np.log(s))
+    shift = sustained_shift(dev, +1, delta=float(np.log(1.25)), z=cfg.robust_z,
+                            min_history=cfg.min_history)
+    outside = s[(s < cfg.is_ratio_low) | (s > cfg.is_ratio_high)]
+    if shift is not None:
+        value = float(s.loc[shift.peak_step])
+        return Finding(PRECISION_MISMATCH, shift.onset_step, CRITICAL, name, "is_ratio_drift",
+                       f"{name} drifted from {fmt(float(np.exp(shift.baseline)) if shift.baseline else 1.0)}"
+                       f"-ish to {fmt(value)} from step {shift.onset_step} "
+                       f"({len(outside)} records outside [{fmt(cfg.is_ratio_low)}, {fmt(cfg.is_ratio_high)}])")
+    if len(outside) >= 2:
+        return Finding(PRECISION_MISMATCH, int(outside.index[0]), CRITICAL, name, "is_ratio_out_of_range",
+                       f"{name} = {fmt(float(outside.iloc[0]))} at step {int(outside.index[0])}, "
+                       f"outside [{fmt(cfg.is_ratio_low)}, {fmt(cfg.is_ratio_high)}] in {len(outside)} records")
+    return None
+
+
+@register_detector("precision_mismatch", "trainer-vs-rollout log-prob gap, importance-ratio drift, mismatch KL")
+def detect_precision_mismatch(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    out: list[Finding] = []
+    found = run.resolve("logprob_diff_mean")
+    if found:
+        f = _rising_gap(found[0], found[1], cfg, cfg.logprob_diff_limit, "logprob_diff")
+        if f:
+            out.append(f)
+    found = run.resolve("is_ratio_mean")
+    if found:
+        f = _ratio_drift(found[0], found[1], cfg)
+        if f:
+            out.append(f)
+    for name in MISMATCH_KL_NAMES:
+        s = run.get(name)
+        if s is not None:
+            f = _rising_gap(name, s, cfg, cfg.mismatch_kl_limit, "mismatch_kl")
+            if f:
+                out.append(f)
+    return out

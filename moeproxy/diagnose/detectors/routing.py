@@ -1,0 +1,90 @@
+"""Routing-collapse detector: the MoE router concentrates tokens on few experts.
+
+Rules (shared/research/logs-and-failures.md §2 row 4): normalised router entropy (mean over
+layers, or any single layer) dropping by > 30% of its early level and staying there; load
+imbalance (max/mean expert load, ~1 when balanced) rising 2x and staying; the unscaled
+load-balancing (aux) loss (~1.0 balanced) above 1.5x its early level for several records; z-loss
+growth. Onset is where the move began (see robust.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.registry import register_detector
+from moeproxy.diagnose.robust import fmt, head_level, tail_level
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.shifts import sustained_shift
+from moeproxy.diagnose.taxonomy import CRITICAL, ROUTING_COLLAPSE, Finding
+
+_LAYER = re.compile(r"^routing_entropy/layer_(\d+)$")
+
+
+def _entropy_drop(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
+    s = series[np.isfinite(series.to_numpy())]
+    if len(s) <= cfg.min_history:
+        return None
+    start, end = head_level(s.to_numpy()), tail_level(s.to_numpy())
+    if not start > 0 or end > start * (1 - cfg.routing_entropy_drop):
+        return None
+    shift = sustained_shift(s, -1, delta=start * cfg.routing_entropy_drop / 3, z=cfg.robust_z,
+                            min_history=cfg.min_history)
+    onset = shift.onset_step if shift else int(s.index[np.argmax(s.to_numpy() < start * (1 - cfg.routing_entropy_drop / 2))])
+    return Finding(ROUTING_COLLAPSE, onset, CRITICAL, name, "routing_entropy_drop",
+                   f"{name} fell from {fmt(start)} to {fmt(end)} ({fmt(100 * (1 - end / start))}% drop, "
+                   f"limit {fmt(100 * cfg.routing_entropy_drop)}%) from step {onset}")
+
+
+def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what: str) -> Finding | None:
+    s = series[np.isfinite(series.to_numpy())]
+    if len(s) <= cfg.min_history:
+        return None
+    shift = sustained_shift(s, +1, factor=factor, z=cfg.robust_z, min_history=cfg.min_history)
+    if shift is None:
+        return None
+    return Finding(ROUTING_COLLAPSE, shift.onset_step, CRITICAL, name, rule,
+                   f"{name} rose from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
+                   f"({fmt(shift.peak / shift.baseline)}x, limit {fmt(factor)}x) from step "
+                   f"{shift.onset_step}: {what}")
+
+
+@register_detector("routing_collapse", "router entropy drop, load imbalance, aux/z-loss blow-up")
+def detect_routing_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    out: list[Finding] = []
+    s = run.get("routing_entropy")
+    if s is not None:
+        f = _entropy_drop("routing_entropy", s, cfg)
+        if f:
+            out.append(f)
+    layer_hits = []
+    for name, series in run.matching(lambda n: bool(_LAYER.match(n))):
+        f = _entropy_drop(name, series, cfg)
+        if f:
+            layer_hits.append(f)
+    if layer_hits:
+        first = min(layer_hits, key=lambda f: f.onset_step)
+        out.append(Finding(first.category, first.onset_step, first.severity, first.metric,
+                           "layer_routing_entropy_drop",
+                           first.evidence + f" ({len(layer_hits)} layer(s) collapsed)"))
+    found = run.get("load_imbalance")
+    if found is not None:
+        f = _rise("load_imbalance", found, cfg, cfg.load_imbalance_factor, "load_imbalance_rise",
+                  "tokens concentrate on few experts")
+        if f:
+            out.append(f)
+    found = run.resolve("aux_loss")
+    if found:
+        f = _rise(found[0], found[1], cfg, cfg.aux_loss_factor, "aux_loss_rise",
+                  "the load-balancing loss is ~1.0 when balanced")
+        if f:
+            out.append(f)
+    for name in ("z_loss", "moe/z_loss"):
+        s = run.get(name)
+        if s is not None:
+            f = _rise(name, s, cfg, 3.0, "z_loss_rise", "router logits are growing")
+            if f:
+                out.append(f)
+    return out

@@ -1,0 +1,48 @@
+"""diagnose_frame: run every registered detector over one run and return the findings contract.
+
+Input: the long form ``(step, metric, value)`` of ``Store.run_frame`` (``attempt``/``rank``
+columns, as ``parse_file`` gives them, are reduced first). Output, exactly as shared/DESIGN.md
+says: ``{"verdict", "onset_step", "findings": [{"category", "onset_step", "severity", "metric",
+"rule", "evidence"}]}``. Pure: no SQL, no files, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.registry import all_detectors
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.taxonomy import Finding
+from moeproxy.diagnose.verdict import choose_verdict, order_findings
+
+
+def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
+                 detectors: list[str] | None = None) -> dict:
+    config = config or DiagnoseConfig()
+    registry = all_detectors()
+    names = detectors if detectors is not None else list(registry)
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ValueError(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(registry)}")
+    findings: list[Finding] = []
+    for name in names:
+        findings.extend(registry[name].detect(run, config))
+    verdict, onset = choose_verdict(findings, run.span, config.tie_fraction)
+    return {"verdict": verdict, "onset_step": onset,
+            "findings": [f.to_dict() for f in order_findings(findings, verdict)]}
+
+
+def diagnose_frame(frame: pd.DataFrame, config: DiagnoseConfig | None = None,
+                   detectors: list[str] | None = None) -> dict:
+    """Classify one run given as a long frame (step, metric, value)."""
+    return diagnose_run(RunSeries.from_frame(frame), config, detectors)
+
+
+def diagnose_series(series: Mapping[str, pd.Series | Mapping[int, float]],
+                    config: DiagnoseConfig | None = None, detectors: list[str] | None = None) -> dict:
+    """Classify one run given as ``{metric: series indexed by step}`` (or ``{step: value}`` dicts)."""
+    return diagnose_run(RunSeries({k: pd.Series(v, dtype="float64") for k, v in series.items()}),
+                        config, detectors)

@@ -1,0 +1,27 @@
+"""Plain-text rendering of a diagnosis for people: the answer first, then the evidence."""
+
+from __future__ import annotations
+
+from moeproxy.diagnose.taxonomy import HEALTHY
+
+_MARK = {"critical": "!!", "warning": " !", "info": " -"}
+
+
+def render_text(result: dict, run: str | None = None) -> str:
+    """The verdict line, then one line per finding (severity, category, onset, metric, rule) with
+    its evidence sentence indented below."""
+    head = f"{run}: " if run else ""
+    verdict, onset = result["verdict"], result.get("onset_step")
+    if verdict == HEALTHY:
+        lines = [f"{head}healthy: no critical finding"]
+    else:
+        lines = [f"{head}{verdict} from step {onset}"]
+    findings = result.get("findings", [])
+    if findings:
+        lines.append("")
+    for f in findings:
+        step = "-" if f["onset_step"] is None else f["onset_step"]
+        lines.append(f"{_MARK.get(f['severity'], '  ')} {f['severity']:<8} {f['category']:<18} "
+                     f"step {step:<8} {f['metric']} [{f['rule']}]")
+        lines.append(f"     {f['evidence']}")
+    return "\n".join(lines) + "\n"

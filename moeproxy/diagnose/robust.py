@@ -1,0 +1,182 @@
+"""Robust statistics over one series: causal median/IQR bands, sustained departures, onsets.
+
+The detectors never compare a value with a fixed number alone: a departure is a record that
+stands out from the run's own recent noise (robust z against the median and the IQR-based sigma
+of the previous ``window`` records, so warm-up and early high values only ever raise the bar),
+*and* moves by at least ``min_delta`` (a factor on log scale). Once a record departs, the baseline
+is frozen and the departure lasts while later records stay beyond the frozen band (dips of up
+to ``max_dip`` records allowed). The onset is then pulled back to where the move began: by a short backtrack at a lower
+z, and by a continuous piecewise-linear change point (ruptures ``clinear``) that finds the knee
+of a ramp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+IQR_TO_SIGMA = 1.349
+
+
+@dataclass(frozen=True)
+class Departure:
+    """A run of records beyond the frozen robust band (indices into the input arrays)."""
+
+    onset: int          # where the move began (after refinement)
+    first: int          # first record beyond the band
+    end: int            # last record of the run (inclusive)
+    recovered: bool     # a later record came back inside the band
+    baseline: float     # baseline median (transformed units)
+    scale: float        # baseline sigma (transformed units)
+    peak: int           # most extreme record of the run
+
+    @property
+    def length(self) -> int:
+        return self.end - self.first + 1
+
+
+def log10_positive(values: np.ndarray) -> np.ndarray:
+    """log10 of positive finite values; zeros, negatives and non-finite become NaN (no signal)."""
+    values = np.asarray(values, dtype=float)
+    out = np.full(values.shape, np.nan)
+    ok = np.isfinite(values) & (values > 0)
+    out[ok] = np.log10(values[ok])
+    return out
+
+
+def causal_band(values: np.ndarray, window: int, min_history: int) -> tuple[np.ndarray, np.ndarray]:
+    """Median and noise sigma (IQR of first differences / 1.349 / sqrt 2) of the previous
+    ``window`` records (NaN before ``min_history``)."""
+    s = pd.Series(values, dtype=float)
+    med = s.rolling(window, min_periods=min_history).median().shift(1).to_numpy()
+    # noise from first differences: a trend (warm-up decay, rising reward) does not inflate it
+    d = s.diff().rolling(window, min_periods=max(2, min_history - 1))
+    iqr = (d.quantile(0.75) - d.quantile(0.25)).shift(1).to_numpy()
+    return med, iqr / IQR_TO_SIGMA / np.sqrt(2.0)
+
+
+def knee_index(segment: np.ndarray) -> int | None:
+    """Index where a continuous piecewise-linear fit with one break bends (ruptures ``clinear``)."""
+    if len(segment) < 6:
+        return None
+    import ruptures
+
+    try:
+        bkps = ruptures.Binseg(model="clinear", min_size=2, jump=1).fit(segment).predict(n_bkps=1)
+    except Exception:  # ruptures refuses degenerate segments (e.g. too short for min_size)
+        return None
+    return int(bkps[0]) if bkps and bkps[0] < len(segment) else None
+
+
+def find_departures(
+    values: np.ndarray,
+    direction: int,
+    *,
+    min_delta: float,
+    z: float = 3.5,
+    min_history: int = 3,
+    window: int | None = None,
+    refine: bool = True,
+    max_dip: int = 2,
+) -> list[Departure]:
+    """All runs of finite records that move ``direction`` (+1 up, -1 down) beyond the band.
+
+    ``values`` may hold NaN (missing or masked records): they are skipped, and the returned
+    indices point into ``values`` itself.
+    """
+    values = np.asarray(values, dtype=float)
+    idx = np.flatnonzero(np.isfinite(values))
+    v = values[idx]
+    n = len(v)
+    if n <= min_history:
+        return []
+    window = window or max(10, n // 3)
+    med, sigma = causal_band(v, window, min_history)
+    tiny = 1e-12 + 1e-9 * np.abs(med)
+    need = np.maximum(z * np.nan_to_num(sigma), min_delta) + tiny
+    with np.errstate(invalid="ignore"):
+        exceed = direction * (v - med) > need
+    out: list[Departure] = []
+    t = min_history
+    while t < n:
+        if not exceed[t]:
+            t += 1
+            continue
+        base, scale, bar = med[t], max(float(np.nan_to_num(sigma[t])), 0.0), need[t]
+
+        def beyond(k: int) -> bool:
+            return direction * (v[k] - base) > bar
+
+        end, k = t, t + 1
+        while k < n:
+            if beyond(k):
+                end, k = k, k + 1
+            elif any(beyond(j) for j in range(k + 1, min(n, k + 1 + max_dip))):
+                k += 1  # a short dip back inside the band does not end the run
+            else:
+                break
+        recovered = end < n - 1
+        run = v[t : end + 1]
+        peak = t + int(np.argmax(direction * run))
+        onset = _refine_onset(v, t, end, base, scale, direction, window, min_history,
+                              min_delta) if refine else t
+        out.append(Departure(onset=int(idx[onset]), first=int(idx[t]), end=int(idx[end]),
+                             recovered=recovered, baseline=float(base), scale=scale,
+                             peak=int(idx[peak])))
+        t = end + 1
+    return out
+
+
+def _refine_onset(v, t, end, base, scale, direction, window, min_history, min_delta) -> int:
+    """Pull the first-exceedance index back to where the move started."""
+    k, limit = t, max(min_history, t - max(2, window // 2))
+    soft = max(1.5 * scale, 1e-12)
+    while k - 1 >= limit and direction * (v[k - 1] - base) > soft:
+        k -= 1
+    lo = max(0, t - window)
+    hi = min(len(v), end + 1, t + max(3, (t - lo) // 3))
+    knee = knee_index(direction * v[lo:hi])
+    if knee is not None:
+        kn = lo + knee
+        # accept the knee only inside the pre-exceedance stretch and where the value already moved
+        # and only for a ramp: the records between knee and exceedance already moved, on average
+        moved = float(np.mean(direction * (v[kn:k] - base))) if kn < k else 0.0
+        if limit <= kn < k and moved > max(scale, 0.15 * min_delta):
+            k = kn
+    return k
+
+
+def tail_level(values: np.ndarray, share: float = 0.1, minimum: int = 3) -> float:
+    """Median of the last ``share`` of finite records (at least ``minimum``)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return float("nan")
+    k = max(minimum, int(round(share * v.size)))
+    return float(np.median(v[-k:]))
+
+
+def head_level(values: np.ndarray, share: float = 0.1, minimum: int = 3) -> float:
+    """Median of the first ``share`` of finite records (at least ``minimum``)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return float("nan")
+    k = max(minimum, int(round(share * v.size)))
+    return float(np.median(v[:k]))
+
+
+def fmt(value: float) -> str:
+    """A number as people read it in evidence sentences: 3 significant digits, inf/nan spelled."""
+    if value is None:
+        return "n/a"
+    value = float(value)
+    if np.isnan(value):
+        return "nan"
+    if np.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"

@@ -1,0 +1,116 @@
+"""RunSeries: one run's metrics as step-indexed float series, the only input detectors see.
+
+Built from the long form ``(step, metric, value)`` that ``Store.run_frame`` returns (or from
+``parse_file(...).frame``, which also carries ``attempt`` and ``rank``: the latest attempt wins,
+ranks are reduced to one value, a non-finite rank value wins over finite ones). NaN and +-inf are
+kept. Detectors ask for canonical names; ``FALLBACK_NAMES`` lets a frame that was never
+canonicalised (a user's own DataFrame) still be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from moeproxy.errors import InputError
+
+# canonical name -> other spellings accepted when the canonical one is missing
+FALLBACK_NAMES: dict[str, tuple[str, ...]] = {
+    "loss": ("lm loss", "train/loss", "actor/pg_loss", "policy_loss", "train/pg_loss"),
+    "grad_norm": ("actor/grad_norm", "grad norm", "grad-norm", "actor_grad_norm", "train/grad_norm"),
+    "loss_scale": ("loss scale", "loss-scale"),
+    "skipped_iters": ("number of skipped iterations",),
+    "nan_iters": ("number of nan iterations",),
+    "policy_entropy": ("actor/entropy", "entropy", "approx_entropy", "train/entropy_loss"),
+    "kl": ("actor/kl_loss", "train/kl_loss", "kl_penalty"),
+    "ppo_kl": ("actor/ppo_kl", "train/ppo_kl"),
+    "reward_mean": ("critic/score/mean", "critic/rewards/mean", "grpo/score/mean", "reward",
+                    "rollout/reward_mean", "rollout/raw_reward"),
+    "response_length_mean": ("response_length/mean", "completions/mean_length",
+                             "rollout/response_length_mean", "response_length"),
+    "truncation_rate": ("response_length/clip_ratio", "completions/clipped_ratio",
+                        "rollout/truncated_rate", "rollout/truncated_ratio"),
+    "logprob_diff_mean": ("training/rollout_probs_diff_mean", "sampling/sampling_logp_difference/mean",
+                          "train/train_rollout_logprob_abs_diff", "logprobs_diff"),
+    "logprob_diff_max": ("training/rollout_probs_diff_max", "sampling/sampling_logp_difference/max"),
+    "is_ratio_mean": ("rollout_corr/rollout_is_mean", "sampling/importance_sampling_ratio/mean",
+                      "sampling_importance_ratio"),
+    "aux_loss": ("load_balancing_loss", "moe/load_balancing_loss"),
+    "lr": ("actor/lr", "learning rate", "learning_rate", "learning-rate"),
+}
+
+
+def _reduce(frame: pd.DataFrame) -> pd.DataFrame:
+    """Latest attempt per (metric, step); one value per (metric, step) across ranks."""
+    if "attempt" in frame.columns and frame["attempt"].notna().any():
+        attempt = frame["attempt"].fillna(0)
+        latest = attempt.groupby([frame["metric"], frame["step"]]).transform("max")
+        frame = frame[attempt == latest]
+    if not frame.duplicated(["metric", "step"]).any():
+        return frame[["step", "metric", "value"]]
+
+    def one_value(values: pd.Series) -> float:
+        arr = values.to_numpy(dtype=float)
+        bad = arr[~np.isfinite(arr)]
+        return float(bad[0]) if bad.size else float(arr.mean())
+
+    reduced = frame.groupby(["metric", "step"], sort=False)["value"].agg(one_value)
+    return reduced.reset_index()[["step", "metric", "value"]]
+
+
+class RunSeries:
+    """Mapping metric -> pandas Series (float64, index = int step, sorted, unique)."""
+
+    def __init__(self, series: Mapping[str, pd.Series]):
+        self._series: dict[str, pd.Series] = {}
+        for name, s in series.items():
+            s = pd.Series(s, dtype="float64")
+            s.index = pd.Index(np.asarray(s.index, dtype="int64"), name="step")
+            s = s[~s.index.duplicated(keep="last")].sort_index()
+            if len(s):
+                self._series[str(name)] = s
+        steps = [s.index for s in self._series.values()]
+        self.first_step = int(min(i.min() for i in steps)) if steps else 0
+        self.last_step = int(max(i.max() for i in steps)) if steps else 0
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> "RunSeries":
+        if not isinstance(frame, pd.DataFrame):
+            raise InputError(f"diagnose needs a pandas DataFrame, got {type(frame).__name__}")
+        missing = [c for c in ("step", "metric", "value") if c not in frame.columns]
+        if missing:
+            raise InputError(f"diagnose frame lacks column(s) {', '.join(missing)} "
+                             f"(has {', '.join(map(str, frame.columns))})")
+        frame = frame.dropna(subset=["step", "metric"])
+        try:
+            frame = frame.assign(step=frame["step"].astype("int64"),
+                                 value=pd.to_numeric(frame["value"], errors="raise").astype("float64"))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"diagnose frame has a non-numeric step or value: {exc}") from None
+        frame = _reduce(frame)
+        return cls({str(m): g.set_index("step")["value"] for m, g in frame.groupby("metric", sort=False)})
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._series)
+
+    @property
+    def span(self) -> int:
+        """The run's step range (at least 1, so shares of it are defined)."""
+        return max(1, self.last_step - self.first_step)
+
+    def get(self, name: str) -> pd.Series | None:
+        return self._series.get(name)
+
+    def resolve(self, canonical: str) -> tuple[str, pd.Series] | None:
+        """The series for a canonical name, or for its first present fallback spelling."""
+        for name in (canonical, *FALLBACK_NAMES.get(canonical, ())):
+            s = self._series.get(name)
+            if s is not None:
+                return name, s
+        return None
+
+    def matching(self, predicate) -> Iterable[tuple[str, pd.Series]]:
+        return [(n, s) for n, s in self._series.items() if predicate(n)]
