@@ -1,0 +1,73 @@
+"""The planner on the published configs in data/configs/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moeproxy.cli import main
+from moeproxy.errors import InputError
+from moeproxy.proxy.plan import plan_proxy
+
+CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
+
+# published total parameter counts (billions; DeepSeek-V3 without its MTP layer)
+PUBLISHED_TOTAL_B = {
+    "Qwen3-30B-A3B": 30.5, "Qwen3-235B-A22B": 235.1, "DeepSeek-V3": 671.0,
+    "Mixtral-8x7B-v0.1": 46.7, "OLMoE-1B-7B-0924": 6.9, "GPT-OSS-120B": 116.8,
+}
+PUBLISHED_ACTIVE_B = {"Qwen3-30B-A3B": 3.3, "Qwen3-235B-A22B": 22.2, "DeepSeek-V3": 37.5,
+                      "Mixtral-8x7B-v0.1": 12.9, "OLMoE-1B-7B-0924": 1.3, "GPT-OSS-120B": 5.1}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTAL_B))
+def test_full_model_counts_match_published_sizes(name):
+    plan = plan_proxy(CONFIGS / f"{name}.json")
+    assert plan["full"]["params_total"] / 1e9 == pytest.approx(PUBLISHED_TOTAL_B[name], rel=0.01)
+    # active counts include embeddings + LM head, so allow a wider band (GPT-OSS reports 5.1 B w/o embeddings)
+    assert plan["full"]["params_active"] / 1e9 == pytest.approx(PUBLISHED_ACTIVE_B[name], rel=0.15)
+    assert plan["proxy"]["params_total"] < plan["full"]["params_total"]
+    assert 0 < plan["accelerator_reduction"] < 1
+
+
+def test_qwen3_235b_keeping_16_of_128():
+    plan = plan_proxy(CONFIGS / "Qwen3-235B-A22B.json", keep_experts=16, device_memory_gib=64)
+    # 235.09 B x 16 B / (64 GiB x 0.75) = 73 devices; proxy 36.34 B -> 12
+    assert plan["full"]["accelerators"] == 73
+    assert plan["proxy"]["accelerators"] == 12
+    assert plan["proxy"]["params_total"] / 1e9 == pytest.approx(36.34, rel=0.005)
+    assert plan["accelerator_reduction"] == pytest.approx(1 - 12 / 73)
+    assert plan["step_cost_ratio"] == pytest.approx(1.0, abs=0.01)  # top-k kept: same FLOPs per token
+    scaled = plan_proxy(CONFIGS / "Qwen3-235B-A22B.json", keep_experts=16, top_k="scale")
+    assert scaled["proxy"]["top_k"] == 1 and scaled["step_cost_ratio"] > 1.5
+
+
+def test_quantised_weight_bytes():
+    ds = plan_proxy(CONFIGS / "DeepSeek-V3.json", keep_experts=32)
+    assert ds["full"]["weight_bytes"] / 1e9 == pytest.approx(673, rel=0.03)  # FP8 + block scales + bf16 rest
+    oss = plan_proxy(CONFIGS / "GPT-OSS-120B.json", keep_ratio=0.5)
+    assert oss["full"]["weight_bytes"] / 1e9 == pytest.approx(65, rel=0.05)  # MXFP4 experts
+
+
+def test_deepseek_group_rules():
+    with pytest.raises(InputError, match="each of the 8 groups must keep >= 2"):
+        plan_proxy(CONFIGS / "DeepSeek-V3.json", keep_experts=8)
+    with pytest.raises(InputError, match="candidates must exceed top-k 8.*nearest valid counts: .*24"):
+        plan_proxy(CONFIGS / "DeepSeek-V3.json", keep_experts=16)
+
+
+def test_cli_json_contract(capsys):
+    assert main(["plan", str(CONFIGS / "Qwen3-235B-A22B.json"), "--keep-experts", "16", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for side in ("full", "proxy"):
+        assert set(doc[side]) >= {"params_total", "params_active", "weight_bytes", "accelerators"}
+    assert {"accelerator_reduction", "step_cost_ratio"} <= set(doc)
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "nope.json")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert main(["plan", str(CONFIGS / "Mixtral-8x7B-v0.1.json"), "--keep-ratio", "0.25"]) == 2
+    assert "must exceed top-k 2" in capsys.readouterr().err
