@@ -92,45 +92,62 @@ class StreamedModel:
                 self.model.lm_head.weight = self.model.model.embed_tokens.weight
 
     def layer_state_dict(self, index: int) -> dict:
+        """The decoder layer's tensors under transformers' in-memory names (experts fused).
+
+        Per-expert tensors are copied one at a time into preallocated fused tensors, so the peak is
+        one layer's experts plus one expert.
+        """
         import torch
+        from safetensors import safe_open
 
         prefix = f"model.layers.{index}."
         keys = [k for k in self.ckpt.tensors if k.startswith(prefix)]
         if not keys:
             raise InputError(f"{self.ckpt.path}: no tensors for decoder layer {index}")
-        raw = self._read(keys)
         a = self.adapter
-        rename = a.memory_block_rename
-        expert_re = re.compile(rf"^(?P<pre>.+)\.experts\.(?P<e>\d+)\.(?P<name>.+)$")
-        sd, experts = {}, {}
-        for k, v in raw.items():
-            mem = k
-            if rename:
-                mem = mem.replace(*rename)
+        expert_re = re.compile(r"^(?P<pre>.+)\.experts\.(?P<e>\d+)\.(?P<name>.+)$")
+        plain, experts = [], {}
+        for k in keys:
+            mem = k.replace(*a.memory_block_rename) if a.memory_block_rename else k
             m = expert_re.match(mem) if a.layout == "per_expert" else None
             if m:
-                experts.setdefault(m["pre"], {}).setdefault(int(m["e"]), {})[m["name"]] = v
+                experts.setdefault(m["pre"][len(prefix):], {}).setdefault(int(m["e"]), {})[m["name"]] = k
             else:
-                sd[mem[len(prefix):]] = v
-        for pre, by_id in experts.items():
+                plain.append((mem[len(prefix):], k))
+        raw = self._read([k for _, k in plain])
+        sd = {n: raw[k] for n, k in plain}
+        for local, by_id in experts.items():
             ids = sorted(by_id)
-            gate_up = torch.stack([torch.cat([by_id[e][a.gate_name], by_id[e][a.up_name]], 0) for e in ids])
-            down = torch.stack([by_id[e][a.down_name] for e in ids])
-            local = pre[len(prefix):]
+            first = by_id[ids[0]]
+            g, u, d = (self.ckpt.tensors[first[n]] for n in (a.gate_name, a.up_name, a.down_name))
+            dtype = self.dtype
+            gate_up = torch.empty((len(ids), g.shape[0] + u.shape[0], g.shape[1]), dtype=dtype)
+            down = torch.empty((len(ids), *d.shape), dtype=dtype)
+            for pos, e in enumerate(ids):
+                names = by_id[e]
+                with safe_open(str(self.ckpt.tensors[names[a.gate_name]].file), framework="pt", device="cpu") as h:
+                    gate_up[pos, : g.shape[0]] = h.get_tensor(names[a.gate_name])
+                with safe_open(str(self.ckpt.tensors[names[a.up_name]].file), framework="pt", device="cpu") as h:
+                    gate_up[pos, g.shape[0]:] = h.get_tensor(names[a.up_name])
+                with safe_open(str(self.ckpt.tensors[names[a.down_name]].file), framework="pt", device="cpu") as h:
+                    down[pos] = h.get_tensor(names[a.down_name])
             sd[f"{local}.experts.gate_up_proj"] = gate_up
             sd[f"{local}.experts.down_proj"] = down
-        return sd
+        return {k: v.to(device=self.device, dtype=self.dtype) if v.is_floating_point() else v.to(self.device)
+                for k, v in sd.items()}
 
     def _make_loader(self, index: int):
         def hook(layer, args):
             sd = self.layer_state_dict(index)
-            layer.to_empty(device=self.device)
             try:
-                layer.load_state_dict(sd, strict=True)
+                layer.load_state_dict(sd, strict=True, assign=True)
             except RuntimeError as exc:
                 first = str(exc).splitlines()[0:3]
                 raise InputError(f"{self.ckpt.path}: decoder layer {index} does not load into "
                                  f"{type(layer).__name__}: {' '.join(first)}") from exc
+            left = [n for n, t in list(layer.named_parameters()) + list(layer.named_buffers()) if t.is_meta]
+            if left:
+                raise InputError(f"{self.ckpt.path}: decoder layer {index} has no weights for {left[:3]}")
             if self.on_layer_loaded is not None:
                 self.on_layer_loaded(index, layer)
         return hook
