@@ -54,7 +54,14 @@ def causal_band(values: np.ndarray, window: int, min_history: int) -> tuple[np.n
     # noise from first differences: a trend (warm-up decay, rising reward) does not inflate it
     d = s.diff().rolling(window, min_periods=max(2, min_history - 1))
     iqr = (d.quantile(0.75) - d.quantile(0.25)).shift(1).to_numpy()
-    return med, iqr / IQR_TO_SIGMA / np.sqrt(2.0)
+    local = iqr / IQR_TO_SIGMA / np.sqrt(2.0)
+    # a jump that just began inflates the few-record local estimate; the whole run's robust
+    # noise caps it (the IQR ignores the jumps themselves)
+    diffs = np.diff(values[np.isfinite(values)])
+    if diffs.size >= 4:
+        whole = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / IQR_TO_SIGMA / np.sqrt(2.0)
+        local = np.fmin(local, 1.5 * whole)
+    return med, local
 
 
 def knee_index(segment: np.ndarray) -> int | None:
@@ -120,7 +127,7 @@ def find_departures(
         recovered = end < n - 1
         run = v[t : end + 1]
         peak = t + int(np.argmax(direction * run))
-        onset = _refine_onset(v, t, end, base, scale, direction, window, min_history,
+        onset = _refine_onset(v, med, t, end, scale, direction, window, min_history,
                               min_delta) if refine else t
         out.append(Departure(onset=int(idx[onset]), first=int(idx[t]), end=int(idx[end]),
                              recovered=recovered, baseline=float(base), scale=scale,
@@ -129,23 +136,49 @@ def find_departures(
     return out
 
 
-def _refine_onset(v, t, end, base, scale, direction, window, min_history, min_delta) -> int:
-    """Pull the first-exceedance index back to where the move started."""
+def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_delta) -> int:
+    """Pull the first-exceedance index back to where the move started.
+
+    Each earlier record is judged against its own causal median (a trending baseline, e.g. the
+    healthy entropy decay, must not drag the onset back)."""
     k, limit = t, max(min_history, t - max(2, window // 2))
     soft = max(1.5 * scale, 1e-12)
-    while k - 1 >= limit and direction * (v[k - 1] - base) > soft:
+    steps_diff = np.diff(v[: t + 1])
+    drift = float(np.median(steps_diff[: max(1, t - 1)])) if t > 1 else 0.0
+
+    def moving(j: int) -> bool:  # record j already departs, and faster than the usual drift
+        return (direction * (v[j] - med[j]) > soft
+                and j >= 1 and direction * (v[j] - v[j - 1] - drift) > soft)
+
+    while k - 1 >= limit and moving(k - 1):
         k -= 1
     lo = max(0, t - window)
-    hi = min(len(v), end + 1, t + max(3, (t - lo) // 3))
+    hi = min(len(v), end + 1, t + 3)  # up to just past the first exceedance: one bend
     knee = knee_index(direction * v[lo:hi])
     if knee is not None:
         kn = lo + knee
-        # accept the knee only inside the pre-exceedance stretch and where the value already moved
-        # and only for a ramp: the records between knee and exceedance already moved, on average
-        moved = float(np.mean(direction * (v[kn:k] - base))) if kn < k else 0.0
+        # accept the knee only inside the pre-exceedance stretch, and only for a ramp: the
+        # records between knee and exceedance already moved, on average
+        moved = _excess_over_trend(v, kn, k, direction) if kn < k else 0.0
         if limit <= kn < k and moved > max(scale, 0.15 * min_delta):
             k = kn
     return k
+
+
+def _excess_over_trend(v: np.ndarray, kn: int, k: int, direction: int) -> float:
+    """Mean move of v[kn:k] beyond both the level and the straight-line trend of the (up to 5)
+    records before kn (a step has no ramp; a healthy decay is its own trend)."""
+    before = v[max(0, kn - 5):kn]
+    if before.size == 0:
+        return 0.0
+    if before.size >= 3:
+        slope, intercept = np.polyfit(np.arange(before.size), before, 1)
+    else:
+        slope, intercept = 0.0, float(np.median(before))
+    x = np.arange(before.size, before.size + (k - kn))
+    over_trend = float(np.mean(direction * (v[kn:k] - (intercept + slope * x))))
+    over_level = float(np.mean(direction * (v[kn:k] - np.median(before))))
+    return min(over_trend, over_level)
 
 
 def tail_level(values: np.ndarray, share: float = 0.1, minimum: int = 3) -> float:

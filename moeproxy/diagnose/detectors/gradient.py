@@ -38,7 +38,8 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
             early = float(np.median(positive[: max(3, positive.size // 10)]))
             tiny = vals <= cfg.vanishing_fraction * early
             run_len = _tail_run(tiny)
-            if run_len >= max(cfg.vanishing_min_records, 0.1 * len(vals)):
+            need = max(min(cfg.vanishing_min_records, max(3, len(vals) // 4)), 0.1 * len(vals))
+            if run_len >= need:
                 onset = int(s.index[len(vals) - run_len])
                 out.append(Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "grad_norm_vanished",
                                    f"{name} fell from a median of {fmt(early)} to <= {fmt(cfg.vanishing_fraction * early)} "

@@ -83,10 +83,11 @@ def _loss_scale_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | N
         while i > 0 and (values[i - 1] > values[i]
                          or (values[i - 1] == values[i] and i > 1 and values[i - 2] > values[i - 1])):
             i -= 1
+        i = min(i + 1, j)  # the first record that shows a halving
         if start_end is not None and steps[i] <= start_end:
             i = 0
         out.append(Finding(OVERFLOW, int(steps[i]), CRITICAL, name, "loss_scale_min",
-                           f"{name} fell from {fmt(values[i])} to the minimum {fmt(values[j])} "
+                           f"{name} fell from {fmt(values[max(i - 1, 0)])} to the minimum {fmt(values[j])} "
                            f"at step {int(steps[j])}: overflows persist even without scaling"))
         return out
     post = steps > (start_end if start_end is not None else steps[0] - 1)

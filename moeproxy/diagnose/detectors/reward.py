@@ -34,14 +34,24 @@ def detect_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     peak = float(smooth[peak_i])
     gain = peak - start
     need = max(cfg.reward_drop_fraction * gain, 0.2 * abs(peak), 1e-12)
+    final = tail_level(vals)
     shift = sustained_shift(r, -1, delta=need, z=cfg.robust_z, min_history=cfg.min_history,
                             min_records=max(3, len(r) // 20))
-    if shift is None:
-        return []
-    final = tail_level(vals)
-    if shift.baseline - final < 0.8 * need:  # it came back: a dip, not a collapse
-        return []
-    return [Finding(REWARD_COLLAPSE, shift.onset_step, CRITICAL, name, "reward_drop",
-                    f"{name} rose from {fmt(start)} to {fmt(peak)}, then fell from {fmt(shift.baseline)} "
-                    f"to {fmt(shift.peak)} from step {shift.onset_step} and stayed down (last level "
-                    f"{fmt(final)}; a drop of {fmt(need)} counts)")]
+    if shift is not None and shift.baseline - final >= 0.8 * need:
+        return [Finding(REWARD_COLLAPSE, shift.onset_step, CRITICAL, name, "reward_drop",
+                        f"{name} rose from {fmt(start)} to {fmt(peak)}, then fell from "
+                        f"{fmt(shift.baseline)} to {fmt(shift.peak)} from step {shift.onset_step} "
+                        f"and stayed down (last level {fmt(final)}; a drop of {fmt(need)} counts)")]
+    # a rising reward makes the rolling median lag below the peak: also compare with the peak
+    diffs = np.diff(vals)
+    noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2) if diffs.size >= 4 else 0.0
+    after = r.iloc[peak_i + 1:]
+    if len(after) >= 2 and peak - final >= max(need, cfg.robust_z * noise):
+        below = np.flatnonzero(after.to_numpy() < peak - need / 2)
+        if below.size and (after.to_numpy()[below[0]:] < peak - need / 2).mean() >= 0.8:
+            onset = int(after.index[below[0]])
+            return [Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_below_peak",
+                            f"{name} rose from {fmt(start)} to a peak of {fmt(peak)} (step "
+                            f"{int(r.index[peak_i])}), then fell below {fmt(peak - need / 2)} at step "
+                            f"{onset} and stayed down (last level {fmt(final)})")]
+    return []
