@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "runs": "moeproxy.commands.runs",
     "export": "moeproxy.commands.export",
     "formats": "moeproxy.commands.formats",
+    "diagnose": "moeproxy.commands.diagnose",
     "plan": "moeproxy.commands.plan",
     "build": "moeproxy.commands.build",
 }
