@@ -52,7 +52,7 @@ def _numeric(column: pd.Series) -> tuple[list[float], list[bool]] | None:
 def parse_csv(src: SourceFile) -> ParsedLog:
     try:
         df = pd.read_csv(io.StringIO(src.read_text()), sep=_dialect(src), dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, csv.Error) as exc:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{src.path}: malformed CSV ({str(exc).splitlines()[0]})") from None
     table = LogTable()
     columns = list(df.columns)
@@ -102,9 +102,13 @@ def sniff_csv(src: SourceFile) -> float:
     header = next(csv.reader([lines[0]], delimiter=sep))
     if len(header) < 2:
         return 0.0
-    widths = {len(row) for row in csv.reader(lines[1:], delimiter=sep)}
-    if widths != {len(header)}:
+    rows = list(csv.reader(lines[1:], delimiter=sep))
+    if {len(row) for row in rows} != {len(header)}:
         return 0.0
+    cells = [c for row in rows for c in row]
+    numeric = sum(1 for c in cells if not c.strip() or parse_number(c) is not None)
+    if numeric < 0.5 * len(cells) or any(parse_number(h) is not None for h in header):
+        return 0.0  # a header of names over mostly numeric cells, or it is not a table
     if "vpp_stage" in header and "name" in header:
         return 0.9
     if any(c in header for c in STEP_COLUMNS):

@@ -46,9 +46,11 @@ def parse_megatron(src: SourceFile) -> ParsedLog:
     skipped = 0
     last_step = 0
     framework = "megatron"
+    saw_iteration = saw_overflow = False
     for _, line in src.lines():
         m = ITERATION.search(line)
         if m:
+            saw_iteration = True
             step = int(m.group(1))
             record = parse_fields(m.group(2))
             if record:
@@ -69,7 +71,7 @@ def parse_megatron(src: SourceFile) -> ParsedLog:
             if reduced is not None:
                 record["deepspeed/reduced_loss_scale"] = reduced
             table.add_dict(last_step, record, rank=rank_of(line))
-            framework = "megatron-deepspeed" if framework == "megatron" else framework
+            saw_overflow = True
             continue
         m = VALIDATION.search(line)
         if m:
@@ -88,8 +90,10 @@ def parse_megatron(src: SourceFile) -> ParsedLog:
             continue
         if line.strip():
             skipped += 1
-    if framework == "megatron" and not any(ITERATION.search(l) for l in src.head_lines()):
+    if not saw_iteration:
         framework = "deepspeed"
+    elif saw_overflow and framework == "megatron":
+        framework = "megatron-deepspeed"
     return ParsedLog(src.path, "megatron", framework, src.sha256, table.frame(), skipped)
 
 

@@ -21,7 +21,7 @@ from moeproxy.ingest.values import parse_number
 DICT = re.compile(r"\{\s*['\"][^'\"]+['\"]\s*:.*\}")
 PAIR = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:[\w.]+\([^()]*\))|[^,{}]+?)\s*(?=,|\})")
 STEP_PREFIX = re.compile(r"(?:global step|(step|perf|eval|rollout))\s*(\d+)\s*:\s*\{", re.IGNORECASE)
-STEP_KEYS = ("step", "global_step", "train/step", "iteration")
+STEP_KEYS = ("step", "global_step", "train/step", "rollout/step", "eval/step", "iteration")
 
 
 def parse_printed_dicts(src: SourceFile) -> ParsedLog:
@@ -44,17 +44,20 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
             skipped += 1
             continue
         step = None
+        in_record = next((record[k] for k in STEP_KEYS if k in record and record[k] == record[k]), None)
+        for key in STEP_KEYS:
+            record.pop(key, None)
         pm = STEP_PREFIX.search(line)
         if pm:
             step = int(pm.group(2))
             kind = (pm.group(1) or "").lower()
             if kind in ("perf", "eval"):
                 record = {(k if k.startswith(kind + "/") else f"{kind}/{k}"): v for k, v in record.items()}
-        else:
-            for key in STEP_KEYS:
-                if key in record and record[key] == record[key]:
-                    step = int(record.pop(key))
-                    break
+        elif in_record is not None:
+            step = int(in_record)
+        if not record:
+            skipped += 1
+            continue
         if step is None:
             step, from_index = index, True
         index += 1

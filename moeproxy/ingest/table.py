@@ -5,8 +5,8 @@ an event); nothing is inserted row by row anywhere. ``LogTable.frame()`` returns
 DataFrame (step, metric, value, attempt, rank, wall_time) ready for a single bulk insert.
 
 Attempts: within one source and rank, a record whose step is lower than the previous record's,
-or equal to it while repeating a metric already seen at that step, starts a new attempt
-(a restart that re-logs steps). Records are never merged or dropped.
+or equal to it while logging a metric that step already has with another value, starts a new
+attempt (a restart that re-logs steps). Records are never merged or dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class LogTable:
         self._ranks: list[int] = []
         self._walls: list[float] = []
         self._counts: list[int] = []
+        self._offsets: list[int] = []  # start of each record in _values
         self._codes: list[np.ndarray] = []
         self._values: list = []  # flat, extended per record; converted once in frame()
         self._last_keys: tuple | None = None
@@ -62,6 +63,7 @@ class LogTable:
         if not names:
             return
         self._codes.append(self._codes_for(names))
+        self._offsets.append(len(self._values))
         self._values.extend(values)
         self._steps.append(int(step))
         self._ranks.append(rank)
@@ -88,28 +90,49 @@ class LogTable:
                 out[i] = f
         return out, keep
 
+    def _record_values(self, i: int) -> dict[int, object]:
+        start = self._offsets[i]
+        return dict(zip(self._codes[i].tolist(), self._values[start:start + self._counts[i]]))
+
+    @staticmethod
+    def _conflict(seen: dict[int, object], new: dict[int, object]) -> bool:
+        """Whether a record repeats a metric of its step with another value (a re-logged step)."""
+        for code, value in new.items():
+            if code in seen:
+                old = seen[code]
+                if not (old == value or (old != old and value != value)):
+                    return True
+        return False
+
     def attempts(self) -> np.ndarray:
-        """Attempt number per record (see module docstring)."""
+        """Attempt number per record (see module docstring).
+
+        A record at the same step as the previous one joins it unless it logs a metric that step
+        already has with a different value (HF Trainer's eval entries repeat ``epoch``; a restart
+        re-logs the step with new values).
+        """
         attempt_of = np.zeros(len(self._steps), dtype=np.int16)
-        state: dict[int, list] = {}  # rank -> [attempt, last_step, codes seen at last_step]
+        state: dict[int, list] = {}  # rank -> [attempt, last_step, {code: value} seen at last_step]
         for i, (step, rank) in enumerate(zip(self._steps, self._ranks)):
             st = state.get(rank)
             if st is None:
-                state[rank] = [0, step, set(self._codes[i].tolist())]
+                state[rank] = [0, step, self._record_values(i)]
                 continue
             if step < st[1]:
                 st[0] += 1
-                st[1], st[2] = step, set(self._codes[i].tolist())
+                st[1], st[2] = step, self._record_values(i)
             elif step == st[1]:
-                codes = set(self._codes[i].tolist())
-                if codes & st[2]:
+                new = self._record_values(i)
+                if self._conflict(st[2], new):
                     st[0] += 1
-                    st[2] = codes
+                    st[2] = new
                 else:
-                    st[2] |= codes
+                    st[2].update(new)
             else:
-                st[1], st[2] = step, set(self._codes[i].tolist())
+                st[1], st[2] = step, None
             attempt_of[i] = st[0]
+            if st[2] is None:
+                st[2] = self._record_values(i)
         return attempt_of
 
     def frame(self) -> pd.DataFrame:

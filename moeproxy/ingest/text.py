@@ -38,10 +38,15 @@ def _number(text: str) -> float:
     return NONFINITE_WORDS[low] if low in NONFINITE_WORDS else float(text)
 
 
+THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+AFTER_SEPARATOR = re.compile(r"([:=])\s+")
+
+
 def extract_pairs(text: str) -> dict[str, float]:
     record: dict[str, float] = {}
+    text = AFTER_SEPARATOR.sub(r"\1 ", THOUSANDS.sub("", text))
     for segment in SEGMENT_SPLIT.split(text):
-        segment = segment.strip().strip("[]{}()")
+        segment = segment.strip().strip("[]{}():").strip()
         if not segment:
             continue
         eq = KEY_EQ.findall(segment)

@@ -1,0 +1,130 @@
+"""Bad input: a clear one-line error naming the file (and line), exit 2, the store unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from moeproxy.cli import main
+from moeproxy.errors import InputError
+from moeproxy.ingest import ingest_paths
+from moeproxy.store import Store
+
+LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
+
+
+def _db_digest(store: Store) -> tuple:
+    """Everything a user could see in the store."""
+    with store.read() as con:
+        return tuple(
+            tuple(map(tuple, con.execute(f"SELECT * EXCLUDE ({excl}) FROM {t} ORDER BY ALL").fetchall()))
+            for t, excl in (("runs", "created_at"), ("sources", "ingested_at"), ("scalars", "wall_time"),
+                            ("metric_names", "run_id"))
+        )
+
+
+@pytest.fixture
+def seeded(tmp_path):
+    store = Store(tmp_path / "runs.duckdb")
+    ingest_paths(store, [LOGS / "megatron.log"], run="keep")
+    return store
+
+
+def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    files = {}
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    files["empty"] = (empty, "empty file")
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(bytes(range(256)) * 40)
+    files["binary"] = (binary, "binary file")
+    latin = tmp_path / "latin1.log"
+    latin.write_bytes("step:1 - actor/grad_norm:0.5 - note:caf\xe9\n".encode("latin-1") * 3)
+    files["encoding"] = (latin, "not UTF-8")
+    prose = tmp_path / "notes.txt"
+    prose.write_text("This run was fine.\nNothing to see here.\n")
+    files["unrecognised"] = (prose, "not a training log format")
+    truncated = tmp_path / "cut.jsonl"
+    truncated.write_text('{"step": 1, "data": {"actor/grad_norm": 0.5}}\n{"step": 2, "data": {"actor/gr')
+    files["truncated"] = (truncated, "line 2: truncated last line")
+    malformed = tmp_path / "bad.jsonl"
+    malformed.write_text('{"step": 1, "data": {"a": 0.5}}\n{"step": 2, "data": {"a": 0.5,,}}\n{"step": 3, "data": {"a": 1}}\n')
+    files["malformed"] = (malformed, "line 2: malformed JSON")
+    badstate = tmp_path / "trainer_state.json"
+    badstate.write_text('{"log_history": [{"loss": 1.0, "step": 1}, {"loss": ')
+    files["truncated-json"] = (badstate, "truncated JSON")
+    files["missing"] = (tmp_path / "nope.log", "no such file")
+    return files
+
+
+@pytest.mark.parametrize("case", ["empty", "binary", "encoding", "unrecognised", "truncated", "malformed",
+                                  "truncated-json", "missing"])
+def test_bad_file_gives_one_clear_line_and_leaves_the_store_unchanged(case, seeded, tmp_path, capsys):
+    path, fragment = _bad_files(tmp_path)[case]
+    before = _db_digest(seeded)
+    rc = main(["ingest", str(LOGS / "verl_console.log"), str(path), "--db", str(seeded.path)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1, err
+    assert str(path) in err and fragment in err, err
+    assert _db_digest(seeded) == before  # the good file given alongside was not stored either
+
+
+def test_error_inside_the_store_transaction_rolls_back(seeded, monkeypatch):
+    from moeproxy import store as store_module
+
+    before = _db_digest(seeded)
+
+    def boom(self, run_id, source_id, frame):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(store_module.Transaction, "add_routing", boom)
+    with pytest.raises(RuntimeError):
+        ingest_paths(seeded, [LOGS / "verl_file.jsonl"], run="new")
+    assert _db_digest(seeded) == before
+    assert not seeded.has_run("new")
+
+
+def test_reingesting_the_same_file_adds_nothing(seeded, tmp_path, capsys):
+    copy = tmp_path / "same-content.log"
+    shutil.copy(LOGS / "megatron.log", copy)
+    before = _db_digest(seeded)
+    assert main(["ingest", str(copy), "--db", str(seeded.path)]) == 0
+    out = capsys.readouterr().out
+    assert "already ingested" in out and "'keep'" in out
+    assert _db_digest(seeded) == before
+
+
+def test_unknown_format_name_and_bad_role(seeded, capsys):
+    assert main(["ingest", str(LOGS / "megatron.log"), "--format", "nosuch", "--db", str(seeded.path)]) == 2
+    assert "unknown format" in capsys.readouterr().err
+    with pytest.raises(InputError, match="role"):
+        ingest_paths(seeded, [LOGS / "megatron.log"], role="teacher")
+
+
+def test_proxy_of_a_missing_run_is_refused(seeded, capsys):
+    rc = main(["ingest", str(LOGS / "verl_file.jsonl"), "--role", "proxy", "--proxy-of", "ghost",
+               "--db", str(seeded.path)])
+    assert rc == 2 and "ghost" in capsys.readouterr().err
+    assert not seeded.has_run("verl_file")
+
+
+def test_forced_format_that_does_not_fit(tmp_path):
+    store = Store(tmp_path / "runs.duckdb")
+    with pytest.raises(InputError, match="holds no metric values"):
+        ingest_paths(store, [LOGS / "megatron.log"], fmt="verl-jsonl")
+
+
+def test_a_directory_skips_files_that_are_not_logs(tmp_path):
+    d = tmp_path / "run7"
+    d.mkdir()
+    shutil.copy(LOGS / "verl_file.jsonl", d / "metrics.jsonl")
+    (d / "README").write_text("notes about the run\n")
+    (d / "config.yaml").write_text("lr: 1e-6\n")
+    store = Store(tmp_path / "runs.duckdb")
+    summaries = ingest_paths(store, [d])
+    assert [s.run for s in summaries] == ["run7"]
+    assert hashlib.sha256((d / "metrics.jsonl").read_bytes()).hexdigest() == store.run_info("run7")["sources"][0]["sha256"]
