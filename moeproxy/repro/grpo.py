@@ -272,8 +272,15 @@ class GrpoTrainer:
             for master, low in zip(self.model.parameters(), working.parameters()):
                 if low.grad is not None:
                     master.grad = low.grad.float() / self.config.loss_scale
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
+        if working is self.model:
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        else:
+            # the global norm of the *scaled* low-precision grads, accumulated in that precision (no
+            # fp32 upcast): it overflows once true_norm * loss_scale exceeds the dtype's max
+            low_grads = [p.grad for p in working.parameters() if p.grad is not None]
+            scaled = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in low_grads]))
+            norm = float(scaled) / self.config.loss_scale
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)  # skip the step, as verl's FSDP actor does
             return norm

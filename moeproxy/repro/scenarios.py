@@ -3,13 +3,18 @@
 No scenario writes a bad value into a log; each changes how training runs, from ``fault_step`` on
 (a fraction of the run, so the onset lands at the same relative place for any ``--steps``):
 
+All scenarios share ``COMMON_SETTINGS`` (a KL-to-reference loss, coefficient 0.1).
+
 - ``healthy``: fp32 trainer and rollouts, clipping at 1.0, load-balancing loss on.
 - ``overflow``: the trainer runs forward/backward on an fp16 working copy with a *static* loss scale
-  (no dynamic back-off, as with a fixed ``loss_scale`` in DeepSpeed/Megatron fp16 configs); at the
-  fault step the learning rate is raised (a mis-set warm-up peak), activations and gradients grow,
-  the scaled fp16 gradients overflow to inf and every such step is skipped with a non-finite grad norm.
-- ``divergence``: at the fault step the learning rate jumps x40 and gradient clipping is removed (a
-  config change on resume); fp32, so the loss and grad norm spike and drift but stay finite.
+  of 512 (no dynamic back-off, as with a fixed ``loss_scale`` in DeepSpeed/Megatron fp16 configs)
+  and reduces the global norm of the scaled fp16 gradients in fp16. At the fault step the learning
+  rate is raised x10 and clipping removed (a mis-set peak): gradients grow, the scaled norm passes
+  65504 (true norm > 128), the norm is inf and the step is skipped (verl FSDP behaviour), again and
+  again while the gradients stay large.
+- ``divergence``: the same learning-rate jump x10 with clipping removed, in fp32: the policy is
+  kicked away from the reference, the grad norm spikes by 10x and more and the KL to the reference
+  climbs, all finite.
 - ``precision_mismatch``: from the fault step the rollout engine samples from an FP8 (e4m3,
   per-tensor scaled) copy of the policy computing in bf16, as a quantised inference engine does,
   while the trainer computes log-probs in fp32 and uses the engine's log-probs as pi_old without
@@ -26,6 +31,10 @@ from moeproxy.errors import InputError
 from moeproxy.repro.grpo import GrpoConfig
 
 
+# Shared by every scenario (verl GRPO with a KL-to-reference loss, as in its GSM8K recipes).
+COMMON_SETTINGS = {"kl_coef": 0.1}
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -36,7 +45,8 @@ class Scenario:
 
     def config(self, steps: int, seed: int, **extra) -> GrpoConfig:
         fault_step = None if self.fault_at is None else max(2, int(round(self.fault_at * steps)) + 1)
-        return GrpoConfig(steps=steps, seed=seed, fault_step=fault_step, **{**self.overrides, **extra})
+        return GrpoConfig(steps=steps, seed=seed, fault_step=fault_step,
+                          **{**COMMON_SETTINGS, **self.overrides, **extra})
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -45,10 +55,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("healthy", "fp32 trainer and rollouts, grad clipping 1.0, load-balancing loss on",
                  "healthy"),
         Scenario("overflow", "fp16 trainer with a static loss scale; learning rate raised at the fault step",
-                 "overflow", {"compute_dtype": "float16", "loss_scale": 1024.0, "lr_multiplier": 40.0,
+                 "overflow", {"compute_dtype": "float16", "loss_scale": 512.0, "lr_multiplier": 10.0,
                               "clip_after_fault": False}, fault_at=0.4),
-        Scenario("divergence", "learning rate x40 and gradient clipping removed at the fault step (fp32)",
-                 "divergence", {"lr_multiplier": 40.0, "clip_after_fault": False}, fault_at=0.4),
+        Scenario("divergence", "learning rate x10 and gradient clipping removed at the fault step (fp32)",
+                 "divergence", {"lr_multiplier": 10.0, "clip_after_fault": False}, fault_at=0.4),
         Scenario("precision_mismatch", "rollouts from an FP8/bf16 engine copy, trainer fp32, engine "
                  "log-probs used as pi_old without correction", "precision_mismatch",
                  {"rollout_dtype": "float8_e4m3fn", "old_logprobs_from_rollout": True}, fault_at=0.4),

@@ -1,0 +1,86 @@
+"""``moeproxy repro``: pre-train the tiny MoE, run one GRPO scenario, or a full-vs-proxy pair."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "Reproduction harness: pretrain the tiny MoE, run GRPO fault scenarios on a model and its proxy."
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"keep ratio must be in (0, 1], got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="repro_command", metavar="ACTION")
+    sub.required = True
+
+    p = sub.add_parser("pretrain", help="supervised warm-up of the tiny MoE (fixed seed, CPU minutes)")
+    p.add_argument("--out", required=True, help="checkpoint directory to write")
+    p.add_argument("--steps", type=_positive_int, default=1500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=_positive_int, default=128)
+    p.add_argument("--lr", type=float, default=3e-3)
+
+    p = sub.add_parser("grpo", help="run one GRPO scenario on one checkpoint, writing verl file JSONL")
+    p.add_argument("--model", default=None, help="checkpoint directory (default: data/tiny-moe)")
+    p.add_argument("--scenario", default="healthy")
+    p.add_argument("--steps", type=_positive_int, default=60)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log", required=True, help="JSONL file to write")
+
+    p = sub.add_parser("run", help="build a proxy, run the scenario on full and proxy, ingest, compare")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--keep-ratio", type=_ratio, default=0.25)
+    p.add_argument("--steps", type=_positive_int, default=60)
+    p.add_argument("--out", required=True, help="output directory (proxy checkpoint, logs, fidelity.json)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=None, help="full checkpoint (default: data/tiny-moe)")
+    p.add_argument("--db", default=None, help="run store (default: MOEPROXY_DB or the per-user store)")
+    p.add_argument("--name", default=None, help="run name prefix (default: repro-<scenario>-s<seed>)")
+    p.add_argument("--baseline", choices=("cluster", "random", "dense"), default="cluster",
+                   help="proxy kind: clustering (moeproxy build), random experts, or a dense model")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    if args.repro_command == "pretrain":
+        from moeproxy.repro.pretrain import PretrainConfig, pretrain
+
+        pretrain(PretrainConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr), args.out)
+        return 0
+    if args.repro_command == "grpo":
+        from moeproxy.repro.grpo import run_grpo
+        from moeproxy.repro.scenarios import get_scenario
+        from moeproxy.repro.tiny_moe import load_tiny_moe
+
+        scenario = get_scenario(args.scenario)
+        model, tokenizer = load_tiny_moe(args.model)
+        summary = run_grpo(model, tokenizer, scenario.config(args.steps, args.seed), args.log)
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+        return 0
+    from moeproxy.repro.harness import HarnessSpec, run_pair
+
+    spec = HarnessSpec(scenario=args.scenario, keep_ratio=args.keep_ratio, steps=args.steps, seed=args.seed,
+                       out=Path(args.out), model=args.model, db=args.db, name=args.name, baseline=args.baseline)
+    result = run_pair(spec, log=print)
+    full, proxy = result["full"], result["proxy"]
+    print(f"full  {full['verdict']:<20} onset {full['onset_step']}")
+    print(f"proxy {proxy['verdict']:<20} onset {proxy['onset_step']}")
+    print(f"verdict match: {result['verdict_match']}; onset relative difference: {result['onset_relative_difference']}")
+    print(f"wrote {Path(args.out) / 'fidelity.json'}")
+    return 0
