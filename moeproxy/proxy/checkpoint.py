@@ -215,3 +215,39 @@ def write_shard(path: Path, tensors: list[OutputTensor], metadata: dict | None =
         for fd in open_fds.values():
             os.close(fd)
     return offset
+
+
+_TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                 "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def read_tensor(ref: TensorRef, index: int | None = None):
+    """Read a tensor (or row ``index`` along dim 0) with ``os.pread`` into a private buffer.
+
+    Unlike a memory map, nothing of the file stays resident after the tensor is dropped, so the
+    process's resident set holds only what the caller keeps.
+    """
+    import torch
+
+    if ref.dtype not in _TORCH_DTYPES:
+        raise InputError(f"{ref.file}: tensor {ref.name} has dtype {ref.dtype}, which moeproxy cannot read")
+    if index is None:
+        begin, end, shape = ref.start, ref.end, ref.shape
+    else:
+        ((begin, end),) = slice_ranges(ref, 0, [index])
+        shape = ref.shape[1:]
+    buf = bytearray(end - begin)
+    fd = os.open(ref.file, os.O_RDONLY)
+    try:
+        view, got = memoryview(buf), 0
+        while got < len(buf):
+            n = os.preadv(fd, [view[got:]], begin + got)
+            if n <= 0:
+                raise InputError(f"{ref.file}: unexpected end of file reading {ref.name}")
+            got += n
+    finally:
+        os.close(fd)
+    if not buf:
+        return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[ref.dtype]))
+    return torch.frombuffer(buf, dtype=getattr(torch, _TORCH_DTYPES[ref.dtype])).reshape(shape)

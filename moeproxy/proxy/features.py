@@ -23,10 +23,10 @@ import numpy as np
 
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
-from moeproxy.proxy.checkpoint import Checkpoint
+from moeproxy.proxy.checkpoint import Checkpoint, read_tensor
 from moeproxy.proxy.layout import MoeLayer, MoeLayout
 
-PROBE_TOKENS = 64
+PROBE_TOKENS = 32
 
 
 @dataclass
@@ -56,31 +56,22 @@ def _normalise(x):
 
 
 class TensorReader:
-    """Reads whole tensors (or dim-0 rows) with safe_open, one file handle per call scope."""
+    """Reads whole tensors or dim-0 rows with pread (no memory maps left resident)."""
 
     def __init__(self, ckpt: Checkpoint):
         self.ckpt = ckpt
-        self._handles = {}
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self._handles.clear()  # drop the mmaps: touched pages stop counting against us
-
-    def _handle(self, key):
-        from safetensors import safe_open
-
-        f = self.ckpt.tensors[key].file
-        if f not in self._handles:
-            self._handles[f] = safe_open(str(f), framework="pt", device="cpu")
-        return self._handles[f]
+        return None
 
     def get(self, key):
-        return self._handle(key).get_tensor(key)
+        return read_tensor(self.ckpt.tensors[key])
 
     def row(self, key, i):
-        return self._handle(key).get_slice(key)[i : i + 1][0]
+        return read_tensor(self.ckpt.tensors[key], i)
 
     def has(self, key) -> bool:
         return key in self.ckpt.tensors

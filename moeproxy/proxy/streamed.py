@@ -17,7 +17,7 @@ from typing import Callable
 
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
-from moeproxy.proxy.checkpoint import Checkpoint
+from moeproxy.proxy.checkpoint import Checkpoint, read_tensor
 
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -54,16 +54,7 @@ class StreamedModel:
 
     # --- tensors --------------------------------------------------------------------------------
     def _read(self, keys: list[str]) -> dict:
-        from safetensors import safe_open
-
-        out, by_file = {}, {}
-        for k in keys:
-            by_file.setdefault(self.ckpt.tensors[k].file, []).append(k)
-        for f, ks in by_file.items():
-            with safe_open(str(f), framework="pt", device="cpu") as h:
-                for k in ks:
-                    out[k] = h.get_tensor(k)
-        return out
+        return {k: read_tensor(self.ckpt.tensors[k]) for k in keys}
 
     def _materialise_outer(self):
         import torch
@@ -98,8 +89,6 @@ class StreamedModel:
         one layer's experts plus one expert.
         """
         import torch
-        from safetensors import safe_open
-
         prefix = f"model.layers.{index}."
         keys = [k for k in self.ckpt.tensors if k.startswith(prefix)]
         if not keys:
@@ -125,12 +114,9 @@ class StreamedModel:
             down = torch.empty((len(ids), *d.shape), dtype=dtype)
             for pos, e in enumerate(ids):
                 names = by_id[e]
-                with safe_open(str(self.ckpt.tensors[names[a.gate_name]].file), framework="pt", device="cpu") as h:
-                    gate_up[pos, : g.shape[0]] = h.get_tensor(names[a.gate_name])
-                with safe_open(str(self.ckpt.tensors[names[a.up_name]].file), framework="pt", device="cpu") as h:
-                    gate_up[pos, g.shape[0]:] = h.get_tensor(names[a.up_name])
-                with safe_open(str(self.ckpt.tensors[names[a.down_name]].file), framework="pt", device="cpu") as h:
-                    down[pos] = h.get_tensor(names[a.down_name])
+                gate_up[pos, : g.shape[0]] = read_tensor(self.ckpt.tensors[names[a.gate_name]])
+                gate_up[pos, g.shape[0]:] = read_tensor(self.ckpt.tensors[names[a.up_name]])
+                down[pos] = read_tensor(self.ckpt.tensors[names[a.down_name]])
             sd[f"{local}.experts.gate_up_proj"] = gate_up
             sd[f"{local}.experts.down_proj"] = down
         return {k: v.to(device=self.device, dtype=self.dtype) if v.is_floating_point() else v.to(self.device)
