@@ -284,3 +284,96 @@ def generate_eval_set(seed: int = 7, per_kind: int = 6) -> list[LabelledRun]:
             n, every = _shape(rng)
             runs.append(fn(f"{kind}-{k}", n, every))
     return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering runs in real framework text formats (for the parse -> store -> diagnose path)
+# ---------------------------------------------------------------------------------------------
+
+VERL_NAMES = {
+    "grad_norm": "actor/grad_norm", "loss": "actor/pg_loss", "policy_entropy": "actor/entropy",
+    "kl": "actor/kl_loss", "ppo_kl": "actor/ppo_kl", "reward_mean": "critic/score/mean",
+    "response_length_mean": "response_length/mean", "truncation_rate": "response_length/clip_ratio",
+    "logprob_diff_mean": "training/rollout_probs_diff_mean", "is_ratio_mean": "rollout_corr/rollout_is_mean",
+    "lr": "actor/lr",
+}
+TRL_NAMES = {
+    "grad_norm": "grad_norm", "loss": "loss", "policy_entropy": "entropy", "kl": "kl", "lr": "learning_rate",
+    "reward_mean": "reward", "response_length_mean": "completions/mean_length",
+    "truncation_rate": "completions/clipped_ratio", "logprob_diff_mean": "sampling/sampling_logp_difference/mean",
+    "is_ratio_mean": "sampling/importance_sampling_ratio/mean", "aux_loss": "aux_loss",
+}
+FORMATS_BY_STYLE = {"rl": ("verl_console", "verl_jsonl", "trainer_state", "generic_text"),
+                    "lm": ("megatron", "generic_text")}
+
+
+def _rows(run: LabelledRun) -> list[tuple[int, dict[str, float]]]:
+    steps = sorted(set().union(*(s.index.tolist() for s in run.series.values())))
+    return [(step, {k: float(s.loc[step]) for k, s in run.series.items() if step in s.index}) for step in steps]
+
+
+def _style(run: LabelledRun) -> str:
+    return "lm" if "loss_scale" in run.series else "rl"
+
+
+def formats_for(run: LabelledRun) -> tuple[str, ...]:
+    return FORMATS_BY_STYLE[_style(run)]
+
+
+def _verl_value(v: float, k: int) -> str:
+    text = repr(float(v)) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+    return f"np.float64({text})" if k % 2 else text
+
+
+def render(run: LabelledRun, fmt: str) -> tuple[str, str]:
+    """(file name, file text) of ``run`` written the way ``fmt``'s framework writes its log."""
+    rows = _rows(run)
+    if fmt == "verl_console":
+        lines = ["(TaskRunner pid=3165) Training from scratch"]
+        for i, (step, vals) in enumerate(rows):
+            parts = [f"step:{step}"] + [f"{VERL_NAMES.get(k, k)}:{_verl_value(v, j)}"
+                                         for j, (k, v) in enumerate(vals.items())]
+            parts.append(f"training/global_step:{step}")
+            lines.append("(TaskRunner pid=3165) " + " - ".join(parts))
+            lines.append(f"Training Progress:  {100 * (i + 1) // len(rows)}%|###   | {i + 1}/{len(rows)} "
+                         f"[00:{i % 60:02d}<00:10, 64.47s/it]")
+        return "train.log", "\n".join(lines) + "\n"
+    if fmt == "verl_jsonl":
+        lines = []
+        for step, vals in rows:
+            data = {VERL_NAMES.get(k, k): (v if math.isfinite(v) else None) for k, v in vals.items()}
+            lines.append(json.dumps({"step": step, "data": data}))
+        return "experiment.jsonl", "\n".join(lines) + "\n"
+    if fmt == "trainer_state":
+        history = [{"epoch": round(i / len(rows), 4), "step": step,
+                    **{TRL_NAMES.get(k, k): v for k, v in vals.items()}} for i, (step, vals) in enumerate(rows)]
+        state = {"best_metric": None, "epoch": 1.0, "global_step": rows[-1][0], "log_history": history,
+                 "logging_steps": rows[1][0] - rows[0][0] if len(rows) > 1 else 1, "max_steps": rows[-1][0]}
+        return "trainer_state.json", json.dumps(state, indent=2, sort_keys=True)
+    if fmt == "megatron":
+        total = rows[-1][0]
+        lines = ["using world size: 8, data-parallel size: 8", "> building GPT model ..."]
+        for step, v in rows:
+            parts = [f" [2025-05-27 15:{(step // 60) % 60:02d}:{step % 60:02d}] iteration {step:8d}/{total:8d}",
+                     f"consumed samples: {step * 128:12d}", "elapsed time per iteration (ms): 1811.8",
+                     f"learning rate: {v.get('lr', 1e-6):.6E}", "global batch size:   128"]
+            loss = v.get("loss", float("nan"))
+            if not math.isnan(loss) and loss >= 0:       # Megatron drops NaN losses from the line
+                parts.append(f"lm loss: {loss:.6E}")
+            if "aux_loss" in v:
+                parts.append(f"load_balancing_loss: {v['aux_loss']:.6E}")
+            parts.append(f"loss scale: {v.get('loss_scale', 1.0):.1f}")
+            g = v.get("grad_norm", float("nan"))
+            if v.get("skipped_iters", 0) == 0 and not (math.isnan(g) and "grad_norm" not in v):
+                parts.append(f"grad norm: {g:.3f}")
+            parts.append(f"number of skipped iterations: {int(v.get('skipped_iters', 0)):3d}")
+            parts.append(f"number of nan iterations: {int(v.get('nan_iters', 0)):3d}")
+            lines.append(" | ".join(parts) + " |")
+        return "megatron.log", "\n".join(lines) + "\n"
+    if fmt == "generic_text":
+        lines = []
+        for step, vals in rows:
+            kv = " | ".join(f"{k} {v:.6g}" for k, v in vals.items())
+            lines.append(f"step {step} | {kv}")
+        return "train.txt", "\n".join(lines) + "\n"
+    raise ValueError(f"unknown format {fmt!r}")

@@ -6,7 +6,7 @@ least a factor (3x grad norm, 1.25x loss). It is critical when it lasts: >= 2 re
 come back (or that run into the first non-finite value: the overflow is then a consequence),
 >= 3 records that later recover, or >= 2 records of a 10x spike (Megatron's spiky factor). A
 single record that recovers is a blip: reported as a warning, never the verdict. Records of the
-fp16 loss-scale search at start-up are ignored; signed losses (RL policy losses) are skipped.
+fp16 loss-scale search at start-up are ignored; RL policy losses (signed, near zero) are skipped.
 """
 
 from __future__ import annotations
@@ -21,10 +21,17 @@ from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 
 
+RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
+
+
 def _candidates(run: RunSeries) -> list[tuple[str, str]]:
-    """(metric name, kind) pairs: the canonical grad norm and loss, plus other *grad_norm keys."""
+    """(metric name, kind) pairs: the canonical grad norm and loss, plus other *grad_norm keys.
+
+    In RL runs the "loss" is a policy loss: near zero, signed, on an arbitrary scale, so a factor
+    rise means nothing; there the grad norm carries the signal."""
     out: list[tuple[str, str]] = []
-    for canonical in ("grad_norm", "loss"):
+    rl = any(run.resolve(name) is not None for name in RL_SIGNALS)
+    for canonical in ("grad_norm",) if rl else ("grad_norm", "loss"):
         found = run.resolve(canonical)
         if found:
             out.append((found[0], "grad" if canonical == "grad_norm" else "loss"))
