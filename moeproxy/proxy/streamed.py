@@ -43,7 +43,8 @@ class StreamedModel:
         self.dtype = dtype
         self.config = AutoConfig.from_pretrained(str(ckpt.path))
         with torch.device("meta"):
-            self.model = AutoModelForCausalLM.from_config(self.config, attn_implementation="eager", dtype=dtype)
+            self.model = AutoModelForCausalLM.from_config(self.config, attn_implementation="eager",
+                                                          experts_implementation="eager", dtype=dtype)
         self.model.eval()
         self.on_layer_loaded = on_layer_loaded
         self.layers = self.model.model.layers
