@@ -44,7 +44,7 @@ FALLBACK_NAMES: dict[str, tuple[str, ...]] = {
 
 def _reduce(frame: pd.DataFrame) -> pd.DataFrame:
     """Latest attempt per (metric, step); one value per (metric, step) across ranks."""
-    if "attempt" in frame.columns and frame["attempt"].notna().any():
+    if "attempt" in frame.columns and frame["attempt"].nunique(dropna=True) > 1:
         attempt = frame["attempt"].fillna(0)
         latest = attempt.groupby([frame["metric"], frame["step"]]).transform("max")
         frame = frame[attempt == latest]
@@ -68,7 +68,8 @@ class RunSeries:
         for name, s in series.items():
             s = pd.Series(s, dtype="float64")
             s.index = pd.Index(np.asarray(s.index, dtype="int64"), name="step")
-            s = s[~s.index.duplicated(keep="last")].sort_index()
+            if not (s.index.is_monotonic_increasing and s.index.is_unique):
+                s = s[~s.index.duplicated(keep="last")].sort_index()
             if len(s):
                 self._series[str(name)] = s
         steps = [s.index for s in self._series.values()]
@@ -89,8 +90,15 @@ class RunSeries:
                                  value=pd.to_numeric(frame["value"], errors="raise").astype("float64"))
         except (TypeError, ValueError) as exc:
             raise InputError(f"diagnose frame has a non-numeric step or value: {exc}") from None
-        frame = _reduce(frame)
-        return cls({str(m): g.set_index("step")["value"] for m, g in frame.groupby("metric", sort=False)})
+        frame = _reduce(frame).sort_values(["metric", "step"], kind="stable")
+        metrics = frame["metric"].astype(str).to_numpy()
+        steps = frame["step"].to_numpy(dtype="int64")
+        values = frame["value"].to_numpy(dtype="float64")
+        names, starts = np.unique(metrics, return_index=True)
+        order = np.argsort(starts)
+        bounds = list(starts[order]) + [len(metrics)]
+        return cls({str(names[o]): pd.Series(values[a:b], index=steps[a:b])
+                    for o, a, b in zip(order, bounds[:-1], bounds[1:])})
 
     @property
     def names(self) -> list[str]:
