@@ -1,0 +1,50 @@
+"""`moeproxy diagnose`: log paths (temporary in-memory store), stored runs (findings saved)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from moeproxy.cli import main
+from moeproxy.diagnose import DETECTOR_VERSION
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
+
+
+def test_file_target_json_contract_and_nothing_written(tmp_path, capsys, db_path):
+    rc = main(["diagnose", str(FIXTURES / "verl_console_nan.log"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["verdict"] == "overflow" and out["onset_step"] == 9
+    assert set(out) == {"verdict", "onset_step", "findings"}
+    assert not db_path.exists()  # a file target never touches the user's database
+
+
+def test_every_ingest_fixture_format_gives_the_contract(capsys, db_path):
+    paths = sorted(p for p in LOGS.iterdir() if not p.name.startswith("."))
+    assert len(paths) >= 10
+    for path in paths:
+        assert main(["diagnose", str(path), "--json"]) == 0, path
+        out = json.loads(capsys.readouterr().out)
+        assert set(out) == {"verdict", "onset_step", "findings"}, path
+
+
+def test_stored_run_saves_findings(tmp_path, capsys):
+    from moeproxy.ingest import ingest_paths
+    from moeproxy.store import Store
+
+    db = tmp_path / "runs.duckdb"
+    ingest_paths(Store(db), [FIXTURES / "megatron_divergence_then_nan.log"], run="full-run")
+    assert main(["diagnose", "full-run", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("full-run: divergence from step 160")
+    saved = Store(db).findings("full-run")
+    assert saved["verdict"] == "divergence" and saved["onset_step"] == 160
+    assert saved["detector_version"] == DETECTOR_VERSION
+
+
+def test_unknown_target_is_a_one_line_error(tmp_path, capsys):
+    rc = main(["diagnose", "no-such-run", "--db", str(tmp_path / "x.duckdb")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no-such-run" in err and len(err.strip().splitlines()) == 1
