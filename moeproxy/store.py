@@ -368,6 +368,14 @@ class Store:
             tx.con.execute("UPDATE runs SET proxy_of = NULL WHERE proxy_of = ?", [run])
 
 
+def _metric_array(metric: pd.Series) -> pa.Array:
+    """A metric-name column as an Arrow array: dictionary-encoded when it is categorical."""
+    if isinstance(metric.dtype, pd.CategoricalDtype):
+        return pa.DictionaryArray.from_arrays(
+            pa.array(metric.cat.codes.to_numpy(np.int32)), pa.array(list(metric.cat.categories), pa.string()))
+    return pa.array(metric.astype(str).to_numpy())
+
+
 class Transaction:
     """Write operations of one ingest, inside ``Store.write()``."""
 
@@ -414,7 +422,7 @@ class Transaction:
         if latest is None:
             return 0
         keys = pa.table({
-            "metric": pa.array(frame["metric"].astype(str).to_numpy()),
+            "metric": _metric_array(frame["metric"]),
             "rank": pa.array(frame["rank"].to_numpy()),
             "step": pa.array(frame["step"].to_numpy()),
         })
@@ -452,14 +460,15 @@ class Transaction:
         """Bulk insert through Arrow (keeps NaN as NaN), sorted by (metric, step) for fast reads."""
         if frame.empty:
             return
-        frame = frame.sort_values(["metric", "step"], kind="stable")
-        n = len(frame)
         metric = frame["metric"]
-        if isinstance(metric.dtype, pd.CategoricalDtype):
-            metric_arr = pa.DictionaryArray.from_arrays(
-                pa.array(metric.cat.codes.to_numpy(np.int32)), pa.array(list(metric.cat.categories), pa.string()))
-        else:
-            metric_arr = pa.array(metric.astype(str).to_numpy())
+        if not isinstance(metric.dtype, pd.CategoricalDtype):
+            metric = metric.astype(str).astype("category")
+        # sort by (metric name, step): DuckDB's zone maps then skip row groups when reading one series
+        name_rank = np.argsort(np.argsort(np.asarray(metric.cat.categories, dtype=object)))
+        order = np.lexsort((frame["step"].to_numpy(), name_rank[metric.cat.codes.to_numpy()]))
+        frame = frame.iloc[order]
+        n = len(frame)
+        metric_arr = _metric_array(frame["metric"])
         table = pa.table({
             "run_id": pa.array(np.full(n, run_id, np.int32)),
             "metric": metric_arr,

@@ -150,10 +150,9 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
                 progress(f"storing {parsed.path} ({summary.rows} values)")
             run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
             frame, routing = split_routing(parsed.frame)
-            originals = [str(m) for m in frame["metric"].unique()]
+            originals = [str(m) for m in frame["metric"].cat.categories]
             mapping = resolve_names(originals, tx.metric_mapping(run_id))
-            frame = frame.assign(metric=frame["metric"].astype("category").cat.rename_categories(
-                lambda c: mapping.get(str(c), str(c))))
+            frame = frame.assign(metric=frame["metric"].cat.rename_categories(mapping))
             frame = apply_units(frame, mapping)
             frame, derived = derive_series(frame, routing)
             offset = tx.attempt_offset(run_id, frame)

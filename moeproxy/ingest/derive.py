@@ -20,14 +20,14 @@ DERIVED = "derived"  # the "original" name recorded for derived series
 
 def split_routing(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scalars without expert loads, routing rows step/layer/expert/load/attempt)."""
-    names = pd.Series(frame["metric"].astype(str).unique())
+    names = pd.Series(list(frame["metric"].cat.categories), dtype=object)
     parsed = names.str.extract(EXPERT_LOAD)
     load_names = dict(zip(names[parsed[0].notna()], zip(parsed[0].dropna().astype(int), parsed[1].dropna().astype(int))))
     if not load_names:
         return frame, pd.DataFrame(columns=["step", "layer", "expert", "load", "attempt"])
-    is_load = frame["metric"].astype(str).isin(load_names)
+    is_load = frame["metric"].isin(list(load_names))
     loads = frame[is_load & (frame["rank"] == frame["rank"].min())]
-    layer_expert = loads["metric"].astype(str).map(load_names)
+    layer_expert = loads["metric"].astype(object).map(load_names)
     routing = pd.DataFrame({
         "step": loads["step"].to_numpy(),
         "layer": [le[0] for le in layer_expert],
@@ -35,7 +35,9 @@ def split_routing(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         "load": loads["value"].to_numpy(),
         "attempt": loads["attempt"].to_numpy(),
     })
-    return frame[~is_load], routing
+    kept = frame[~is_load].copy()
+    kept["metric"] = kept["metric"].cat.remove_unused_categories()
+    return kept, routing
 
 
 def _rows(template: pd.DataFrame, metric: str, step, value, attempt) -> pd.DataFrame:
@@ -51,7 +53,7 @@ def derive_series(frame: pd.DataFrame, routing: pd.DataFrame) -> tuple[pd.DataFr
     """Add derived series; returns (frame, {stored name: 'derived'}) for the names table."""
     added: list[pd.DataFrame] = []
     names: dict[str, str] = {}
-    metrics = set(frame["metric"].astype(str).unique())
+    metrics = set(frame["metric"].cat.categories)
     if "load_imbalance" not in metrics and not routing.empty:
         per_layer = routing.groupby(["attempt", "step", "layer"])["load"].agg(["max", "mean"])
         ratio = (per_layer["max"] / per_layer["mean"].where(per_layer["mean"] > 0)).groupby(["attempt", "step"]).max()
@@ -60,14 +62,17 @@ def derive_series(frame: pd.DataFrame, routing: pd.DataFrame) -> tuple[pd.DataFr
         names["derived:load_imbalance"] = "load_imbalance"
     layer_entropy = [m for m in metrics if m.startswith("routing_entropy/layer_")]
     if "routing_entropy" not in metrics and layer_entropy:
-        sub = frame[frame["metric"].astype(str).isin(layer_entropy)]
+        sub = frame[frame["metric"].isin(layer_entropy)]
         mean = sub.groupby(["attempt", "rank", "step"])["value"].mean().reset_index()
         rows = _rows(frame, "routing_entropy", mean["step"], mean["value"], mean["attempt"])
         rows["rank"] = mean["rank"].to_numpy(np.int32)
         added.append(rows)
         names["derived:routing_entropy"] = "routing_entropy"
     if added:
-        frame = pd.concat([frame.astype({"metric": str})] + added, ignore_index=True)
+        categories = list(frame["metric"].cat.categories) + [rows["metric"].iat[0] for rows in added]
+        parts = [frame.assign(metric=frame["metric"].cat.set_categories(categories))]
+        parts += [rows.assign(metric=pd.Categorical(rows["metric"], categories=categories)) for rows in added]
+        frame = pd.concat(parts, ignore_index=True)
     return frame, names
 
 

@@ -98,9 +98,7 @@ def parse_verl_jsonl(src: SourceFile) -> ParsedLog:
         if not isinstance(data, dict) or not isinstance(step, (int, float)):
             state["skipped"] += 1
             continue
-        if any(isinstance(v, (dict, list)) for v in data.values()):
-            data = flatten(data)
-        table.add_dict(int(step), data)
+        table.add_dict(int(step), data)  # verl's data is flat; non-numeric entries are dropped later
     return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, table.frame(), state["skipped"])
 
 

@@ -28,40 +28,82 @@ DS_STEP = re.compile(r"\bstep=(\d+),\s*skipped=(\d+)(?:,\s*lr=\[([^\],]+))?")
 MINDSPEED_RL = re.compile(r"\biteration:\s*(\d+)\s*/\s*\d+\s*\|(.*)$")
 
 
-def parse_fields(rest: str, prefix: str = "") -> dict[str, float]:
-    record: dict[str, float] = {}
+def parse_fields(rest: str, prefix: str = "") -> tuple[list[str], list[float]]:
+    """Names and values of the ``key: value`` fields of a ``|``-separated line (hot loop)."""
+    names: list[str] = []
+    values: list[float] = []
     for field in rest.split("|"):
         key, sep, raw = field.rpartition(":")
         if not sep:
             continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = parse_number(raw)
+            if value is None:
+                continue
         key = key.strip()
-        value = parse_number(raw)
-        if key and value is not None:
-            record[prefix + key] = value
-    return record
+        if key:
+            names.append(prefix + key if prefix else key)
+            values.append(value)
+    return names, values
+
+
+def fast_fields(rest: str, cache: dict) -> tuple[list[str], list[float]] | None:
+    """The common case in C-speed string operations: ``key: number | key: number |``.
+
+    Returns None when the line needs ``parse_fields`` (a ':' inside a key, a non-numeric value).
+    Key layouts repeat line after line, so stripped names are cached by their raw form.
+    """
+    parts = rest.replace(":", "|").split("|")
+    if parts[-1].strip():
+        return None
+    parts.pop()
+    if len(parts) % 2:
+        return None
+    raw_keys = tuple(parts[0::2])
+    names = cache.get(raw_keys)
+    if names is None:
+        names = [k.strip() for k in raw_keys]
+        if not all(names):
+            return None
+        cache[raw_keys] = names
+    try:
+        return names, list(map(float, parts[1::2]))
+    except ValueError:
+        return None
 
 
 def parse_megatron(src: SourceFile) -> ParsedLog:
     table = LogTable()
+    add = table.add
     skipped = 0
     last_step = 0
     framework = "megatron"
     saw_iteration = saw_overflow = False
-    for _, line in src.lines():
-        m = ITERATION.search(line)
+    ranks: dict[str, int] = {}  # line prefix -> rank, so the prefix regex runs once per prefix
+    layouts: dict[tuple, list[str]] = {}
+    for line in src.text_stream():
+        at = line.find("iteration")
+        m = ITERATION.search(line, at) if at >= 0 else None
         if m:
             saw_iteration = True
-            step = int(m.group(1))
-            record = parse_fields(m.group(2))
-            if record:
-                table.add_dict(step, record, rank=rank_of(line))
+            rest = m.group(2)
+            names, values = fast_fields(rest, layouts) or parse_fields(rest)
+            if names:
+                prefix = line[: line.find("]") + 1] if line.startswith("[") else ""
+                rank = ranks.get(prefix)
+                if rank is None:
+                    rank = ranks[prefix] = rank_of(line)
+                step = int(m.group(1))
+                add(step, names, values, rank)
                 last_step = step
-                if framework == "megatron" and ("core attn ratio (%)" in record or ">>  iteration" in line):
+                if framework == "megatron" and ("core attn ratio (%)" in names or ">>  iteration" in line):
                     framework = "mindspeed-llm"
             else:
                 skipped += 1
             continue
-        m = OVERFLOW.search(line)
+        m = OVERFLOW.search(line) if "verflow" in line or "VERFLOW" in line else None
         if m:
             last_step += 1
             attempted, reduced = parse_number(m.group(1)), parse_number(m.group(2))
@@ -73,13 +115,13 @@ def parse_megatron(src: SourceFile) -> ParsedLog:
             table.add_dict(last_step, record, rank=rank_of(line))
             saw_overflow = True
             continue
-        m = VALIDATION.search(line)
+        m = VALIDATION.search(line) if at >= 0 else None
         if m:
-            record = parse_fields(m.group(2), prefix="validation/")
-            if record:
-                table.add_dict(int(m.group(1)), record, rank=rank_of(line))
+            names, values = parse_fields(m.group(2), prefix="validation/")
+            if names:
+                add(int(m.group(1)), names, values, rank_of(line))
                 continue
-        m = DS_STEP.search(line)
+        m = DS_STEP.search(line) if "step=" in line else None
         if m:
             step = int(m.group(1))
             record = {"deepspeed/skipped_total": float(m.group(2))}
@@ -114,9 +156,9 @@ def parse_mindspeed_rl(src: SourceFile) -> ParsedLog:
     for _, line in src.lines():
         m = MINDSPEED_RL.search(line)
         if m:
-            record = parse_fields(m.group(2))
-            if record:
-                table.add_dict(int(m.group(1)), record, rank=rank_of(line))
+            names, values = parse_fields(m.group(2))
+            if names:
+                table.add(int(m.group(1)), names, values, rank_of(line))
                 continue
         if line.strip():
             skipped += 1

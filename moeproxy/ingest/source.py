@@ -50,6 +50,14 @@ class SourceFile:
                     f"{self.path}: line {lineno + 1}: not valid {self.encoding} text ({exc.reason})"
                 ) from None
 
+    def text_stream(self) -> Iterator[str]:
+        """Lines (newline kept) for hot loops that need no line numbers."""
+        with open(self.path, "r", encoding=self.encoding, newline="") as fh:
+            try:
+                yield from fh
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{self.path}: not valid {self.encoding} text ({exc.reason})") from None
+
     def read_text(self) -> str:
         try:
             return self.path.read_text(encoding=self.encoding)

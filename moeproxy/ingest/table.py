@@ -108,31 +108,38 @@ class LogTable:
         """Attempt number per record (see module docstring).
 
         A record at the same step as the previous one joins it unless it logs a metric that step
-        already has with a different value (HF Trainer's eval entries repeat ``epoch``; a restart
-        re-logs the step with new values).
+        already has with another value (HF Trainer's eval entries repeat ``epoch``; a restart
+        re-logs the step with new values). Values are only looked at for such equal steps.
         """
-        attempt_of = np.zeros(len(self._steps), dtype=np.int16)
-        state: dict[int, list] = {}  # rank -> [attempt, last_step, {code: value} seen at last_step]
-        for i, (step, rank) in enumerate(zip(self._steps, self._ranks)):
-            st = state.get(rank)
-            if st is None:
-                state[rank] = [0, step, self._record_values(i)]
-                continue
-            if step < st[1]:
-                st[0] += 1
-                st[1], st[2] = step, self._record_values(i)
-            elif step == st[1]:
-                new = self._record_values(i)
-                if self._conflict(st[2], new):
-                    st[0] += 1
-                    st[2] = new
+        steps = np.asarray(self._steps, dtype=np.int64)
+        ranks = np.asarray(self._ranks, dtype=np.int64)
+        attempt_of = np.zeros(len(steps), dtype=np.int16)
+        for rank in np.unique(ranks):
+            idx = np.flatnonzero(ranks == rank)
+            s = steps[idx]
+            if len(s) < 2 or bool(np.all(s[1:] > s[:-1])):
+                continue  # strictly increasing: one attempt, the common case
+            attempt = 0
+            seen: dict[int, object] = {}
+            for k in range(len(idx)):
+                i = idx[k]
+                if k == 0:
+                    seen = self._record_values(i)
+                elif s[k] < s[k - 1]:
+                    attempt += 1
+                    seen = self._record_values(i)
+                elif s[k] == s[k - 1]:
+                    new = self._record_values(i)
+                    if self._conflict(seen, new):
+                        attempt += 1
+                        seen = new
+                    else:
+                        seen.update(new)
                 else:
-                    st[2].update(new)
-            else:
-                st[1], st[2] = step, None
-            attempt_of[i] = st[0]
-            if st[2] is None:
-                st[2] = self._record_values(i)
+                    seen = None
+                if seen is None:
+                    seen = self._record_values(i) if k + 1 < len(idx) and s[k + 1] == s[k] else {}
+                attempt_of[i] = attempt
         return attempt_of
 
     def frame(self) -> pd.DataFrame:

@@ -52,14 +52,15 @@ class GrpoConfig:
     clip_after_fault: bool = True  # False: gradient clipping removed from fault_step
     compute_dtype: str = "float32"  # trainer forward/backward precision
     loss_scale: float = 1.0  # static loss scale of the fp16 trainer (no dynamic back-off)
-    rollout_dtype: str = "float32"  # rollout engine weights/compute precision (from fault_step if set)
+    rollout_dtype: str = "float32"  # rollout engine weights/compute precision
+    rollout_dtype_after_fault: str | None = None  # the engine's precision from fault_step
     old_logprobs_from_rollout: bool = False  # use engine log-probs as pi_old, no IS correction
     router_lr_multiplier: float = 1.0  # router learning rate x this from fault_step
     aux_loss_coef_after_fault: float | None = None  # load-balancing loss coefficient from fault_step
 
     def __post_init__(self):
-        for name in ("compute_dtype", "rollout_dtype"):
-            if getattr(self, name) not in DTYPES:
+        for name in ("compute_dtype", "rollout_dtype", "rollout_dtype_after_fault"):
+            if getattr(self, name) is not None and getattr(self, name) not in DTYPES:
                 raise ValueError(f"{name}={getattr(self, name)!r}; expected one of {sorted(DTYPES)}")
         if self.compute_dtype not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"compute_dtype={self.compute_dtype!r}; expected float32, float16 or bfloat16")
@@ -126,10 +127,10 @@ class GrpoTrainer:
 
     def _rollout_engine(self, step: int):
         c = self.config
-        use_low = c.rollout_dtype != "float32" and (c.fault_step is None or c.fault_active(step))
-        if not use_low:
-            return self.model, "float32"
-        return quantise_weights(self.model, DTYPES[c.rollout_dtype]).eval(), c.rollout_dtype
+        dtype = c.rollout_dtype_after_fault if (c.fault_active(step) and c.rollout_dtype_after_fault) else c.rollout_dtype
+        if dtype == "float32":
+            return self.model, dtype
+        return quantise_weights(self.model, DTYPES[dtype]).eval(), dtype
 
     def _trainer_model(self):
         if self.config.compute_dtype == "float32":

@@ -3,9 +3,11 @@
 No scenario writes a bad value into a log; each changes how training runs, from ``fault_step`` on
 (a fraction of the run, so the onset lands at the same relative place for any ``--steps``):
 
-All scenarios share ``COMMON_SETTINGS`` (a KL-to-reference loss, coefficient 0.1).
+All scenarios share ``COMMON_SETTINGS``: a KL-to-reference loss (coefficient 0.1), 16 prompts x 8
+samples per step, and a bf16 rollout engine beside the fp32 trainer (as vLLM/SGLang beside an fp32
+FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed by the trainer).
 
-- ``healthy``: fp32 trainer and rollouts, clipping at 1.0, load-balancing loss on.
+- ``healthy``: fp32 trainer, bf16 rollouts, clipping at 1.0, load-balancing loss on.
 - ``overflow``: the trainer runs forward/backward on an fp16 working copy with a *static* loss scale
   of 512 (no dynamic back-off, as with a fixed ``loss_scale`` in DeepSpeed/Megatron fp16 configs)
   and reduces the global norm of the scaled fp16 gradients in fp16. At the fault step the learning
@@ -32,7 +34,7 @@ from moeproxy.repro.grpo import GrpoConfig
 
 
 # Shared by every scenario (verl GRPO with a KL-to-reference loss, as in its GSM8K recipes).
-COMMON_SETTINGS = {"kl_coef": 0.1}
+COMMON_SETTINGS = {"kl_coef": 0.1, "rollout_dtype": "bfloat16", "prompts_per_step": 16}
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,9 @@ SCENARIOS: dict[str, Scenario] = {
                               "clip_after_fault": False}, fault_at=0.4),
         Scenario("divergence", "learning rate x10 and gradient clipping removed at the fault step (fp32)",
                  "divergence", {"lr_multiplier": 10.0, "clip_after_fault": False}, fault_at=0.4),
-        Scenario("precision_mismatch", "rollouts from an FP8/bf16 engine copy, trainer fp32, engine "
+        Scenario("precision_mismatch", "rollouts from an FP8 engine copy from the fault step, trainer fp32, engine "
                  "log-probs used as pi_old without correction", "precision_mismatch",
-                 {"rollout_dtype": "float8_e4m3fn", "old_logprobs_from_rollout": True}, fault_at=0.4),
+                 {"rollout_dtype_after_fault": "float8_e4m3fn", "old_logprobs_from_rollout": True}, fault_at=0.4),
         Scenario("routing_collapse", "router learning rate x200 and load-balancing loss off at the fault step",
                  "routing_collapse", {"router_lr_multiplier": 200.0, "aux_loss_coef_after_fault": 0.0},
                  fault_at=0.4),

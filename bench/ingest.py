@@ -1,0 +1,134 @@
+"""Ingest speed and memory against DuckDB's own JSON reader.
+
+Generates (in a temporary directory) a verl file-logger JSONL run of 20,000 steps x 200 metrics
+(4 million values) and a Megatron text log of 200,000 iterations, then times
+``moeproxy ingest`` on each in a fresh process (start-up included) into a new DuckDB file, and
+DuckDB reading the same JSONL natively (``read_json`` + unpivot into a table) as the reference.
+Peak memory is the child process's max RSS. Prints one line per measurement.
+
+    python bench/ingest.py [--steps 20000] [--metrics 200] [--iterations 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def write_verl_jsonl(path: Path, steps: int, metrics: int) -> int:
+    rng = random.Random(0)
+    names = ["actor/grad_norm", "actor/pg_loss", "actor/entropy", "critic/score/mean"]
+    names += [f"perf/metric_{i:03d}" for i in range(metrics - len(names))]
+    with open(path, "w") as fh:
+        for step in range(1, steps + 1):
+            data = {name: rng.random() for name in names}
+            if step % 5000 == 0:
+                data["actor/grad_norm"] = None  # orjson's NaN
+            fh.write(json.dumps({"step": step, "data": data}) + "\n")
+    return steps * metrics
+
+
+def write_megatron_log(path: Path, iterations: int) -> int:
+    rng = random.Random(1)
+    values = 0
+    with open(path, "w") as fh:
+        for it in range(1, iterations + 1):
+            loss = 10.0 * math.exp(-it / 50000) + rng.random() * 0.05
+            fields = [
+                f"consumed samples: {it * 288:12d}", f"elapsed time per iteration (ms): {11000 + rng.random() * 500:.1f}",
+                f"learning rate: {3e-4:.6E}", "global batch size:   288", f"lm loss: {loss:.6E}",
+                f"load_balancing_loss: {1.0 + rng.random() * 0.1:.6E}", f"loss scale: {1.0:.1f}",
+                f"grad norm: {0.5 + rng.random():.3f}", "number of skipped iterations:   0",
+                "number of nan iterations:   0",
+            ]
+            fh.write(f"[default0]: [2026-01-01 00:00:00] iteration {it:8d}/ {iterations:8d} | " + " | ".join(fields) + " |\n")
+            values += len(fields)
+            if it % 1000 == 0:
+                fh.write("[default0]: (min, max) time across ranks (ms):\n")
+    return values
+
+
+def run_child(args: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MiB of that child, stdout); CPU seconds are printed too."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        text = out.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{text}")
+    cpu = usage.ru_utime + usage.ru_stime
+    print(f"    (cpu {cpu:.2f} s)", end="")
+    return seconds, usage.ru_maxrss / 1024, text
+
+
+DUCKDB_NATIVE = """
+import sys, duckdb
+path, db = sys.argv[1], sys.argv[2]
+con = duckdb.connect(db)
+con.execute("SET enable_progress_bar = false")
+con.execute(f"CREATE TABLE t AS SELECT step, e.key AS metric, e.value AS value FROM (SELECT step, unnest(map_entries(data)) AS e FROM read_json('{path}', format='newline_delimited'))")
+print(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
+"""
+
+DUCKDB_NATIVE_STRUCT = """
+import sys, duckdb
+path, db = sys.argv[1], sys.argv[2]
+con = duckdb.connect(db)
+con.execute("SET enable_progress_bar = false")
+con.execute(f"CREATE TABLE t AS UNPIVOT (SELECT step, unnest(data) FROM read_json('{path}', format='newline_delimited', map_inference_threshold=-1)) ON COLUMNS(* EXCLUDE step) INTO NAME metric VALUE value")
+print(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--metrics", type=int, default=200)
+    parser.add_argument("--iterations", type=int, default=200000)
+    args = parser.parse_args()
+    moeproxy = [sys.executable, "-m", "moeproxy"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        jsonl, megatron = tmp / "verl_run.jsonl", tmp / "megatron_run.log"
+        print(f"generating {args.steps} steps x {args.metrics} metrics verl JSONL and {args.iterations} Megatron iterations ...",
+              flush=True)
+        n_json = write_verl_jsonl(jsonl, args.steps, args.metrics)
+        n_text = write_megatron_log(megatron, args.iterations)
+        print(f"  {jsonl.name}: {jsonl.stat().st_size / 2**20:.0f} MiB, {n_json:,} values; "
+              f"{megatron.name}: {megatron.stat().st_size / 2**20:.0f} MiB, {n_text:,} values", flush=True)
+
+        ref_times = []
+        for name, script in (("map", DUCKDB_NATIVE), ("struct+unpivot", DUCKDB_NATIVE_STRUCT)):
+            seconds, rss, out = run_child([sys.executable, "-c", script, str(jsonl), str(tmp / f"ref_{name}.duckdb")])
+            ref_times.append(seconds)
+            print(f"duckdb native read_json ({name}) : {seconds:6.2f} s  {int(out.split()[-1]) / seconds / 1e6:5.2f} M values/s  "
+                  f"peak RSS {rss:6.0f} MiB", flush=True)
+        reference = min(ref_times)
+
+        seconds, rss, out = run_child(moeproxy + ["ingest", str(jsonl), "--db", str(tmp / "a.duckdb")])
+        print(f"moeproxy ingest verl JSONL      : {seconds:6.2f} s  {n_json / seconds / 1e6:5.2f} M values/s  "
+              f"peak RSS {rss:6.0f} MiB  ratio to DuckDB native {seconds / reference:.2f}x (target <= 2x)")
+        print(f"  {out.splitlines()[0]}", flush=True)
+        seconds, rss2, out = run_child(moeproxy + ["ingest", str(megatron), "--db", str(tmp / "b.duckdb")])
+        print(f"moeproxy ingest Megatron text   : {seconds:6.2f} s  {n_text / seconds / 1e6:5.2f} M values/s  "
+              f"peak RSS {rss2:6.0f} MiB  (target >= 1 M values/s, < 1024 MiB)")
+        print(f"  {out.splitlines()[0]}")
+        seconds, _, _ = run_child(moeproxy + ["runs", "--db", str(tmp / "b.duckdb")])
+        print(f"moeproxy runs (start-up + query): {seconds:6.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""A self-contained HTML post-mortem of a run (and its proxy): figures, findings, proxy recipe.
+
+``render_report(store, run, proxy=None, proxy_report=None) -> str`` returns one HTML document
+with plotly.js inlined (no network needed to open it, safe to mail or attach to a ticket), built
+from the same downsampled series and figure builders as the dashboard: the triage panels with
+non-finite markers and finding onsets, per-layer routing entropy, the findings with their
+evidence, and, with a proxy, the overlay, both verdicts, the fidelity card when
+``moeproxy.fidelity`` is installed, and the proxy recipe (``proxy_report.json`` given, else what
+the proxy run's metadata records). Every text from the store is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from moeproxy.errors import InputError, MoeproxyError
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+h1{margin-bottom:.2em} .muted{color:#666} table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;font-size:.92em} th{background:#f5f5f5}
+.badge{display:inline-block;padding:.1em .6em;border-radius:1em;color:#fff;font-weight:600}
+.critical{color:#b00020} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}
+"""
+_BADGE = {"healthy": "#2e7d32", "overflow": "#c62828", "divergence": "#c62828", "precision_mismatch": "#ef6c00",
+          "routing_collapse": "#6a1b9a", "entropy_collapse": "#ef6c00", "reward_collapse": "#ef6c00"}
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _badge(verdict: str | None) -> str:
+    if not verdict:
+        return '<span class="badge" style="background:#888">not diagnosed</span>'
+    return f'<span class="badge" style="background:{_BADGE.get(verdict, "#1565c0")}">{_e(verdict)}</span>'
+
+
+def _table(rows: list[dict]) -> str:
+    if not rows:
+        return "<p class=muted>none</p>"
+    head = "".join(f"<th>{_e(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in r.values()) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _findings_html(findings: dict | None) -> str:
+    if not findings:
+        return "<p>Not diagnosed (run <code>moeproxy diagnose RUN</code>).</p>"
+    onset = findings.get("onset_step")
+    out = [f"<p>Verdict {_badge(findings.get('verdict'))}"
+           + (f" from step <b>{_e(onset)}</b>" if onset is not None else "")
+           + f" <span class=muted>(detector {_e(findings.get('detector_version', '?'))})</span></p><ul>"]
+    for f in findings.get("findings", []):
+        cls = "critical" if f.get("severity") == "critical" else ""
+        out.append(f"<li class='{cls}'><b>{_e(f.get('category'))}</b> ({_e(f.get('severity'))}) at step "
+                   f"{_e(f.get('onset_step'))} on <code>{_e(f.get('metric'))}</code> [{_e(f.get('rule'))}]: "
+                   f"{_e(f.get('evidence'))}</li>")
+    out.append("</ul>")
+    return "".join(out)
+
+
+def _figure_html(fig, first: bool) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=True if first else False,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
+    if proxy_report is not None:
+        return proxy_report
+    meta = store.run_info(proxy).get("meta") or {}
+    for key in ("proxy_report", "recipe", "build"):
+        if isinstance(meta.get(key), dict):
+            return meta[key]
+    return None
+
+
+def render_report(store, run: str, proxy: str | None = None, proxy_report: dict | None = None,
+                  buckets: int = 1500) -> str:
+    """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
+    from dashboard.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, triage_figure
+    from moeproxy.downsample import layer_heatmap, m4_series, step_range
+
+    info = store.run_info(run)  # NotFound names the known runs
+    stored = set(store.metrics(run)["metric"])
+    panels = [m for m in TRIAGE_PANELS if m in stored] or sorted(stored)[:3]
+    findings = store.findings(run)
+    series = m4_series(store, run, panels, buckets=buckets)
+    parts = [f"<h1>Post-mortem: {_e(run)}</h1>",
+             f"<p class=muted>moeproxy report, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}</p>",
+             _table([{"run": run, "role": info.get("role"), "framework": info.get("framework"),
+                      "format": info.get("format"), "steps": info.get("steps"), "metrics": info.get("metrics"),
+                      "non-finite values": info.get("nonfinite"), "attempts": info.get("attempts")}]),
+             "<h2>Findings</h2>", _findings_html(findings), "<h2>Training curves</h2>",
+             _figure_html(triage_figure(series, panels, findings, title=run), first=True)]
+    heat = layer_heatmap(store, run)
+    if not heat.empty:
+        parts += ["<h2>Routing entropy per layer</h2>", _figure_html(heatmap_figure(heat), first=False)]
+    if proxy is not None:
+        if proxy == run:
+            raise InputError(f"--proxy {proxy!r} is the run itself; name the proxy run")
+        proxy_findings = store.findings(proxy)
+        proxy_stored = set(store.metrics(proxy)["metric"])
+        shared = [m for m in panels if m in proxy_stored] or panels
+        proxy_series = m4_series(store, proxy, shared, buckets=buckets)
+        full_range, proxy_range = step_range(store, run, shared), step_range(store, proxy, shared)
+        fig = compare_figure(series[series["metric"].isin(shared)], proxy_series, shared, align="step",
+                             full_last_step=full_range[1] if full_range else None,
+                             proxy_last_step=proxy_range[1] if proxy_range else None,
+                             full_findings=findings, proxy_findings=proxy_findings, names=(run, proxy))
+        parts += [f"<h2>Proxy run: {_e(proxy)}</h2>", _findings_html(proxy_findings),
+                  "<h3>Full vs proxy</h3>", _figure_html(fig, first=False)]
+        try:
+            from dashboard.fidelity_view import compute_card
+
+            card = compute_card(store, run, proxy)
+            parts += ["<h3>Fidelity card</h3>", f"<pre>{_e(json.dumps(card, indent=2, default=str))}</pre>"]
+        except MoeproxyError as exc:
+            parts.append(f"<p class=muted>{_e(exc)}</p>")
+        recipe = _recipe(store, proxy, proxy_report)
+        parts.append("<h3>Proxy recipe</h3>")
+        if recipe:
+            summary = {k: recipe.get(k) for k in ("family", "experts_before", "experts_after", "top_k_before",
+                                                  "top_k_after", "spec") if k in recipe}
+            parts += [_table([{k: json.dumps(v) if isinstance(v, dict) else v for k, v in summary.items()}])
+                      if summary else "", f"<pre>{_e(json.dumps(recipe, indent=2, default=str))}</pre>"]
+        else:
+            parts.append("<p class=muted>No proxy_report.json recorded for this run "
+                         "(pass <code>--proxy-report FILE</code>).</p>")
+    body = "\n".join(parts)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>moeproxy post-mortem: {_e(run)}</title>"
+            f"<style>{_STYLE}</style></head><body>{body}</body></html>")
+
+
+def write_report(store, run: str, target: str | Path, proxy: str | None = None,
+                 proxy_report: str | Path | dict | None = None) -> Path:
+    """Render and write the report; ``proxy_report`` may be a path to proxy_report.json."""
+    target = Path(target)
+    if target.suffix.lower() not in (".html", ".htm"):
+        raise InputError(f"{target}: the report is an .html file")
+    if isinstance(proxy_report, (str, Path)):
+        try:
+            proxy_report = json.loads(Path(proxy_report).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"{proxy_report}: not a readable proxy_report.json ({exc})") from None
+    document = render_report(store, run, proxy, proxy_report)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(document, encoding="utf-8")
+    return target
