@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "diagnose": "moeproxy.commands.diagnose",
     "plan": "moeproxy.commands.plan",
     "build": "moeproxy.commands.build",
+    "dashboard": "moeproxy.commands.dashboard",
+    "report": "moeproxy.commands.report",
 }
 
 

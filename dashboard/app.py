@@ -1,0 +1,53 @@
+"""moeproxy dashboard entry point: page setup, first-run demo data, navigation.
+
+Started by ``moeproxy dashboard`` (``streamlit run dashboard/app.py``). On a store with no runs
+it loads the bundled demo runs (``data/demo/``, or ``$MOEPROXY_DEMO_DIR``) once, so a new user
+lands on a diagnosed full run and its proxy. Pages live in ``pages/`` and stay thin: they call
+``dashboard.queries`` (cached store reads), ``dashboard.figures`` and ``moeproxy`` functions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `dashboard` and `moeproxy` from a clone
+
+from dashboard import queries  # noqa: E402
+from moeproxy.errors import MoeproxyError  # noqa: E402
+
+st.set_page_config(page_title="moeproxy", page_icon=":material/troubleshoot:", layout="wide")
+
+
+@st.cache_resource(show_spinner="Loading the demo runs into an empty store ...")
+def load_demo_once(db: str) -> str:
+    """Once per server process and database: load the demo runs when the store is empty."""
+    from moeproxy.demo import DEMO_DIR, load_demo
+    from moeproxy.store import Store
+
+    demo_dir = os.environ.get("MOEPROXY_DEMO_DIR") or DEMO_DIR
+    try:
+        result = load_demo(Store(db), demo_dir)
+    except MoeproxyError as exc:
+        return f"demo data not loaded: {exc}"
+    return f"loaded demo runs {', '.join(result.loaded)}" if result.loaded else (result.skipped_reason or "")
+
+
+demo_note = load_demo_once(queries.db_path())
+
+PAGES = [
+    st.Page("pages/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True),
+    st.Page("pages/triage.py", title="Triage", icon=":material/monitor_heart:", url_path="triage"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare:", url_path="compare"),
+    st.Page("pages/proxy.py", title="Proxy", icon=":material/account_tree:", url_path="proxy"),
+    st.Page("pages/report.py", title="Report", icon=":material/description:", url_path="report"),
+]
+page = st.navigation(PAGES)
+with st.sidebar:
+    st.caption(f"Store: `{queries.db_path()}`")
+    if demo_note.startswith("loaded"):
+        st.caption(demo_note)
+page.run()

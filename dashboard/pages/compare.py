@@ -1,0 +1,77 @@
+"""Compare a full run and its proxy: the triage panels overlaid (by step or by fraction of the run)
+and the fidelity card of ``moeproxy compare``."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import queries
+from dashboard.figures import TRIAGE_PANELS, compare_figure, verdict_badge
+from moeproxy.errors import MoeproxyError
+
+st.title("Compare full vs proxy")
+db = queries.db_path()
+version = queries.data_version()
+table = queries.runs(db, version)
+if len(table) < 2:
+    st.info("Compare needs two runs: a full run and its proxy (link them on the Runs page).")
+    st.stop()
+
+proxies = table[table["role"] == "proxy"]["run"].tolist()
+c1, c2 = st.columns(2)
+proxy_run = c1.selectbox("Proxy run", proxies or table["run"].tolist(), key="compare_proxy")
+linked = table.loc[table["run"] == proxy_run, "proxy_of"].iloc[0]
+full_choices = [r for r in table["run"].tolist() if r != proxy_run]
+default_full = linked if isinstance(linked, str) and linked in full_choices else full_choices[0]
+full_run = c2.selectbox("Full run", full_choices, index=full_choices.index(default_full), key="compare_full")
+
+stored = sorted(set(queries.metrics(db, version, full_run)["metric"]) & set(queries.metrics(db, version, proxy_run)["metric"]))
+c1, c2, c3 = st.columns([2, 1, 1])
+extra = c1.multiselect("More metrics (type to search)", [m for m in stored if m not in TRIAGE_PANELS],
+                       key="compare_metrics")
+align = c2.radio("Align by", ["step", "fraction"], horizontal=True, key="compare_align",
+                 format_func=lambda a: "step" if a == "step" else "fraction of run")
+smoothing = c3.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="compare_smoothing")
+panels = [m for m in TRIAGE_PANELS if m in stored] + extra or stored[:3]
+
+full_series = queries.m4(db, version, full_run, tuple(panels), None, None, 1000)
+proxy_series = queries.m4(db, version, proxy_run, tuple(panels), None, None, 1000)
+full_range = queries.step_range(db, version, full_run, tuple(panels))
+proxy_range = queries.step_range(db, version, proxy_run, tuple(panels))
+full_findings = queries.findings(db, version, full_run)
+proxy_findings = queries.findings(db, version, proxy_run)
+fig = compare_figure(full_series, proxy_series, panels, align=align,
+                     full_last_step=full_range[1] if full_range else None,
+                     proxy_last_step=proxy_range[1] if proxy_range else None,
+                     full_findings=full_findings, proxy_findings=proxy_findings,
+                     names=(full_run, proxy_run), smoothing=smoothing or None)
+st.plotly_chart(fig, key="compare_chart", width="stretch")
+
+st.subheader("Fidelity card")
+for name, found in ((full_run, full_findings), (proxy_run, proxy_findings)):
+    onset = (found or {}).get("onset_step")
+    st.markdown(f"**{name}**: {verdict_badge((found or {}).get('verdict'))}"
+                + (f" from step {onset}" if onset is not None else ""))
+
+
+@st.cache_data(ttl=600, max_entries=32, show_spinner="Comparing the runs ...")
+def fidelity_card(db: str, version: int, full: str, proxy: str) -> dict | str:
+    from dashboard.fidelity_view import compute_card
+
+    try:
+        return compute_card(queries.store(), full, proxy)
+    except MoeproxyError as exc:
+        return str(exc)
+
+
+card = fidelity_card(db, version, full_run, proxy_run)
+if isinstance(card, str):
+    st.warning(card)
+else:
+    from dashboard.fidelity_view import card_metrics
+
+    cols = st.columns(4)
+    for col, (label, value) in zip(cols * 4, card_metrics(card)):
+        col.metric(label, value)
+    with st.expander("Fidelity card (JSON, as `moeproxy compare` prints it)"):
+        st.json(card)

@@ -1,0 +1,136 @@
+"""Proxy: pick a checkpoint, see the plan (accelerators, memory, step cost, full vs proxy), start
+``moeproxy build`` as a background job on the detected accelerator, follow it, cancel it, read the
+finished proxy's report. Jobs live in files next to the store, so they survive reloads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import queries
+from moeproxy import jobs
+from moeproxy.allowed_paths import BUNDLED_DATA, allowed_roots, resolve_inside_roots
+from moeproxy.errors import MoeproxyError
+
+DEVICE_NAMES = {"npu": "Ascend NPU", "cuda": "CUDA GPU", "mps": "Apple MPS", "cpu": "CPU"}
+
+
+@st.cache_resource(show_spinner="Detecting accelerators ...")
+def detected_device() -> str:
+    """The device a build runs on: NPU, then CUDA, else CPU (MPS only when asked for by name)."""
+    from moeproxy.devices import available_devices
+
+    return next((d for d in available_devices() if d in ("npu", "cuda")), "cpu")
+
+
+@st.cache_data(ttl=3600, max_entries=32, show_spinner="Planning (counting parameters on the meta device) ...")
+def plan(path: str, keep_ratio: float, memory_gib: float) -> dict | str:
+    from moeproxy.proxy.plan import plan_proxy
+
+    try:
+        return plan_proxy(path, keep_ratio=keep_ratio, device_memory_gib=memory_gib)
+    except MoeproxyError as exc:
+        return str(exc)
+
+
+def plan_table(p: dict) -> pd.DataFrame:
+    f, x = p["full"], p["proxy"]
+    gib = 2**30
+    rows = [("experts per MoE layer", f["experts"], x["experts"]), ("top-k", f["top_k"], x["top_k"]),
+            ("parameters, total (B)", f["params_total"] / 1e9, x["params_total"] / 1e9),
+            ("parameters, active (B)", f["params_active"] / 1e9, x["params_active"] / 1e9),
+            ("weights on disk (GiB)", f["weight_bytes"] / gib, x["weight_bytes"] / gib),
+            ("training state (GiB)", f["train_state_bytes"] / gib, x["train_state_bytes"] / gib),
+            ("accelerators", f["accelerators"], x["accelerators"]),
+            ("FLOPs per token (G)", f["flops_per_token"] / 1e9, x["flops_per_token"] / 1e9)]
+    return pd.DataFrame([{"": name, "full": f"{a:,.4g}", "proxy": f"{b:,.4g}"} for name, a, b in rows])
+
+
+def job_panel(root: str) -> None:
+    """Progress, log tail and cancel for the active job; the finished proxy's report otherwise."""
+    listed = jobs.list_jobs(root)
+    if not listed:
+        st.caption("No jobs yet.")
+        return
+    job = listed[0]
+    state = job["state"]
+    if state not in jobs.ACTIVE_STATES and st.session_state.get("job_polling"):
+        st.session_state["job_polling"] = False
+        st.rerun()  # the job just finished: redraw the whole page once and stop polling
+    st.markdown(f"**Job {job['job_id']}** ({job['kind']} on {DEVICE_NAMES.get(job['device'], job['device'])}): "
+                f"`{state}` — {job.get('message', '')}")
+    if state in jobs.ACTIVE_STATES:
+        total = max(int(job.get("total") or 0), 1)
+        st.progress(min(1.0, int(job.get("done") or 0) / total), text=f"{job.get('stage') or 'starting'} "
+                    f"{job.get('done', 0)}/{job.get('total', 0)}")
+        if st.button("Cancel", key="cancel_job"):
+            jobs.cancel(root, job["job_id"])
+            st.rerun()
+    st.code(jobs.log_tail(root, job["job_id"], 15) or "(no output yet)", language="text")
+    if state == "succeeded":
+        report_path = Path(job["job_dir"]) / "proxy" / "proxy_report.json"
+        if report_path.exists():
+            report = json.loads(report_path.read_text())
+            st.success(f"Proxy written to `{report['output']}`: experts {report['experts_before']} -> "
+                       f"{report['experts_after']} per MoE layer, top-k {report['top_k_before']} -> "
+                       f"{report['top_k_after']}, verification "
+                       f"{'passed' if report.get('verify', {}).get('passed') else 'skipped or failed'}")
+            st.dataframe(pd.DataFrame([{"layer": k, "kept experts": ", ".join(map(str, v))}
+                                       for k, v in report["kept_experts"].items()]),
+                         hide_index=True, key="kept_experts")
+            with st.expander("proxy_report.json"):
+                st.json(report)
+    if len(listed) > 1:
+        with st.expander(f"All jobs ({len(listed)})"):
+            st.dataframe(pd.DataFrame([{k: j.get(k) for k in ("job_id", "kind", "device", "state", "message",
+                                                               "created_at")} for j in listed]),
+                         hide_index=True, key="jobs_table")
+
+
+st.title("Proxy")
+root = str(jobs.jobs_root(queries.db_path()))
+device = detected_device()
+st.markdown(f"Builds run on: **{DEVICE_NAMES[device]}** (`{device}`) · jobs in `{root}`")
+
+default_ckpt = str(BUNDLED_DATA / "tiny-moe") if (BUNDLED_DATA / "tiny-moe").is_dir() else ""
+c1, c2, c3 = st.columns([3, 1, 1])
+ckpt = c1.text_input("Checkpoint directory (safetensors; inside the allowed roots)", value=default_ckpt,
+                     key="proxy_ckpt", help="Allowed roots: " + ", ".join(map(str, allowed_roots())))
+keep_ratio = c2.number_input("Keep ratio", min_value=0.01, max_value=1.0, value=0.25, step=0.05, key="proxy_keep")
+memory = c3.number_input("Memory per accelerator (GiB)", min_value=1.0, value=64.0, step=8.0, key="proxy_mem")
+
+checkpoint = None
+if ckpt:
+    try:
+        checkpoint = resolve_inside_roots(ckpt, "checkpoint directory")
+    except MoeproxyError as exc:
+        st.error(str(exc))
+if checkpoint is not None:
+    planned = plan(str(checkpoint), float(keep_ratio), float(memory))
+    if isinstance(planned, str):
+        st.error(planned)
+    else:
+        st.subheader(f"Plan: {planned['family']}, {planned['moe_layers']} MoE layers")
+        c1, c2, c3 = st.columns(3)
+        c1.metric("Accelerators", f"{planned['full']['accelerators']} -> {planned['proxy']['accelerators']}",
+                  f"-{planned['accelerator_reduction']:.0%}", delta_color="inverse")
+        c2.metric("Training memory (GiB)", f"{planned['proxy']['train_state_bytes'] / 2**30:,.3g}",
+                  f"full {planned['full']['train_state_bytes'] / 2**30:,.3g}", delta_color="off")
+        c3.metric("Step cost ratio (full/proxy)", f"{planned['step_cost_ratio']:.2f}")
+        st.dataframe(plan_table(planned), hide_index=True, key="plan_table")
+        for note in planned.get("notes", []):
+            st.caption(note)
+        if st.button(f"Build proxy on {DEVICE_NAMES[device]}", key="start_build", type="primary"):
+            try:
+                job_id = jobs.launch(root, "build", {"src": str(checkpoint), "keep_ratio": float(keep_ratio)}, device)
+                st.toast(f"started job {job_id}")
+            except MoeproxyError as exc:
+                st.error(str(exc))
+
+st.subheader("Build job")
+active = any(j["state"] in jobs.ACTIVE_STATES for j in jobs.list_jobs(root))
+st.session_state["job_polling"] = active
+st.fragment(job_panel, run_every="2s" if active else None)(root)

@@ -1,0 +1,42 @@
+"""Report: export a self-contained HTML post-mortem of a run (and its proxy)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import queries
+from moeproxy.errors import MoeproxyError
+
+st.title("Report")
+db = queries.db_path()
+version = queries.data_version()
+table = queries.runs(db, version)
+run = queries.selected_run(table, key="report_run")
+if run is None:
+    st.info("No runs yet: ingest one on the Runs page.")
+    st.stop()
+proxies = table.loc[(table["proxy_of"] == run) | (table["role"] == "proxy"), "run"].tolist()
+proxies = [p for p in proxies if p != run]
+linked = table.loc[table["proxy_of"] == run, "run"].tolist()
+proxy = st.selectbox("Proxy run (optional)", ["(none)"] + proxies,
+                     index=1 + proxies.index(linked[0]) if linked and linked[0] in proxies else 0,
+                     key="report_proxy")
+proxy = None if proxy == "(none)" else proxy
+
+
+@st.cache_data(ttl=600, max_entries=8, show_spinner="Rendering the report ...")
+def report_html(db: str, version: int, run: str, proxy: str | None) -> str:
+    from moeproxy.report import render_report
+
+    return render_report(queries.store(), run, proxy)
+
+
+try:
+    document = report_html(db, version, run, proxy)
+except MoeproxyError as exc:
+    st.error(str(exc))
+    st.stop()
+st.download_button("Download HTML report", document, file_name=f"{run}-postmortem.html", mime="text/html",
+                   key="report_download", type="primary")
+st.caption(f"{len(document) / 1e6:.1f} MB, self-contained (plotly.js inlined). "
+           f"Same from a shell: `moeproxy report {run}{' --proxy ' + proxy if proxy else ''} -o {run}.html`")

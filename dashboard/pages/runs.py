@@ -1,0 +1,103 @@
+"""Runs: every run with role, framework, size and verdict; ingest, link a proxy to its full run, delete."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import queries
+from dashboard.figures import verdict_badge
+from moeproxy.errors import MoeproxyError
+
+UPLOAD_LIMIT_MB = 256
+
+
+def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of: str | None) -> list[str]:
+    """Ingest, then diagnose and save findings for every run that received data; returns summary lines."""
+    from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+    from moeproxy.ingest import ingest_paths
+
+    store = queries.store()
+    summaries = ingest_paths(store, paths, run=run or None, role=role, proxy_of=proxy_of or None)
+    for name in sorted({s.run for s in summaries if not s.duplicate}):
+        store.save_findings(name, diagnose_frame(store.run_frame(name)), DETECTOR_VERSION)
+    return [s.line() for s in summaries]
+
+
+st.title("Runs")
+db = queries.db_path()
+table = queries.runs(db, queries.data_version())
+
+if table.empty:
+    st.info("No runs yet. Ingest a log below, or from a shell: `moeproxy ingest PATH --run NAME`.")
+else:
+    shown = table[["run", "role", "proxy_of", "framework", "format", "steps", "metrics", "nonfinite",
+                   "attempts", "verdict", "onset_step"]].copy()
+    shown["verdict"] = shown["verdict"].fillna("not diagnosed")
+    st.dataframe(shown, hide_index=True, width="stretch", key="runs_table",
+                 column_config={"nonfinite": st.column_config.NumberColumn("non-finite"),
+                                "onset_step": st.column_config.NumberColumn("onset step")})
+    st.markdown("  ".join(f"**{r.run}** {verdict_badge(r.verdict if isinstance(r.verdict, str) else None)}"
+                          for r in table.itertuples()))
+
+st.subheader("Ingest logs")
+path_tab, upload_tab = st.tabs(["From a path on this server", "Upload a file"])
+names = table["run"].tolist()
+with path_tab, st.form("ingest_path_form"):
+    server_path = st.text_input("Log file or directory (inside the allowed roots)", key="ingest_path")
+    c1, c2, c3 = st.columns(3)
+    run_name = c1.text_input("Run name (default: file name)", key="ingest_run")
+    role = c2.selectbox("Role", ["full", "proxy", "other"], index=2, key="ingest_role")
+    proxy_of = c3.selectbox("Proxy of", [""] + names, key="ingest_proxy_of")
+    if st.form_submit_button("Ingest", key="ingest_path_button"):
+        from moeproxy.allowed_paths import resolve_inside_roots
+
+        try:
+            path = resolve_inside_roots(server_path, "ingest path")
+            lines = ingest_and_diagnose([path], run_name, role, proxy_of)
+            st.success("\n\n".join(lines))
+        except MoeproxyError as exc:
+            st.error(str(exc))
+with upload_tab:
+    upload = st.file_uploader(f"Log file (at most {UPLOAD_LIMIT_MB} MB)", key="upload",
+                              max_upload_size=UPLOAD_LIMIT_MB)
+    c1, c2, c3 = st.columns(3)
+    up_run = c1.text_input("Run name (default: file name)", key="upload_run")
+    up_role = c2.selectbox("Role", ["full", "proxy", "other"], index=2, key="upload_role")
+    up_proxy_of = c3.selectbox("Proxy of", [""] + names, key="upload_proxy_of")
+    if st.button("Ingest upload", key="upload_button", disabled=upload is None):
+        safe_name = Path(upload.name).name or "upload.log"
+        with tempfile.TemporaryDirectory(prefix="moeproxy-upload-") as tmp:
+            target = Path(tmp) / safe_name
+            target.write_bytes(upload.getvalue())
+            try:
+                lines = ingest_and_diagnose([target], up_run or Path(safe_name).stem, up_role, up_proxy_of)
+                st.success("\n\n".join(lines))
+            except MoeproxyError as exc:
+                st.error(str(exc))
+
+if names:
+    st.subheader("Link a proxy run to its full run")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    proxy_run = c1.selectbox("Proxy run", names, key="link_proxy")
+    full_run = c2.selectbox("Full run", [n for n in names if n != proxy_run] or [""], key="link_full")
+    if c3.button("Link", key="link_button", disabled=not full_run):
+        try:
+            queries.store().set_role(proxy_run, "proxy", proxy_of=full_run)
+            queries.store().set_role(full_run, "full")
+            st.success(f"{proxy_run} is now the proxy of {full_run}")
+            st.rerun()
+        except MoeproxyError as exc:
+            st.error(str(exc))
+
+    st.subheader("Delete a run")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    victim = c1.selectbox("Run to delete", names, key="delete_run")
+    confirm = c2.checkbox(f"Yes, delete {victim} and its findings", key="delete_confirm")
+    if c3.button("Delete", key="delete_button", disabled=not confirm, type="primary"):
+        queries.store().delete_run(victim)
+        if st.session_state.get("run") == victim:
+            del st.session_state["run"]
+        st.rerun()

@@ -1,0 +1,88 @@
+"""Cached reads of the run store for the pages: every function takes the database path and its
+data version, so a cache entry is reused until an ingest, a deletion or a diagnosis changes the
+store (the version counter goes up) and never leaks between stores (tests, ``--db``).
+
+The store opens and closes the DuckDB file per operation, so ``moeproxy ingest`` and jobs can use
+the same file while the dashboard is up. No SQL here: the store and ``moeproxy.downsample`` own it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from moeproxy.store import Store, default_db_path
+
+
+def db_path() -> str:
+    """The database this dashboard shows: ``$MOEPROXY_DB`` (set by ``moeproxy dashboard --db``)."""
+    return str(Path(os.environ["MOEPROXY_DB"]).expanduser()) if os.environ.get("MOEPROXY_DB") \
+        else str(default_db_path())
+
+
+def store() -> Store:
+    return Store(db_path())
+
+
+def data_version() -> int:
+    return store().data_version()
+
+
+@st.cache_data(ttl=600, max_entries=32, show_spinner=False)
+def runs(db: str, version: int) -> pd.DataFrame:
+    return Store(db).runs()
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def metrics(db: str, version: int, run: str) -> pd.DataFrame:
+    return Store(db).metrics(run)
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def findings(db: str, version: int, run: str) -> dict | None:
+    return Store(db).findings(run)
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def run_info(db: str, version: int, run: str) -> dict:
+    return Store(db).run_info(run)
+
+
+@st.cache_data(ttl=600, max_entries=256, show_spinner=False)
+def m4(db: str, version: int, run: str, metrics: tuple[str, ...], lo: int | None, hi: int | None,
+       buckets: int) -> pd.DataFrame:
+    from moeproxy.downsample import m4_series
+
+    return m4_series(Store(db), run, list(metrics), lo, hi, buckets)
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def step_range(db: str, version: int, run: str, metrics: tuple[str, ...]) -> tuple[int, int] | None:
+    from moeproxy.downsample import step_range as _step_range
+
+    return _step_range(Store(db), run, list(metrics))
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def heatmap(db: str, version: int, run: str, lo: int | None, hi: int | None) -> pd.DataFrame:
+    from moeproxy.downsample import layer_heatmap
+
+    return layer_heatmap(Store(db), run, lo=lo, hi=hi)
+
+
+def selected_run(runs_table: pd.DataFrame, key: str, label: str = "Run", roles: tuple[str, ...] | None = None,
+                 default: str | None = None) -> str | None:
+    """A run picker that remembers the choice across pages (``st.session_state['run']``)."""
+    names = runs_table["run"].tolist() if roles is None else \
+        runs_table.loc[runs_table["role"].isin(roles), "run"].tolist()
+    if not names:
+        return None
+    remembered = default or st.session_state.get("run")
+    index = names.index(remembered) if remembered in names else 0
+    choice = st.selectbox(label, names, index=index, key=key)
+    if roles is None:
+        st.session_state["run"] = choice
+    return choice

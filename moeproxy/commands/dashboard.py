@@ -1,0 +1,43 @@
+"""moeproxy dashboard: start the Streamlit triage app on this machine (loopback by default)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from moeproxy.commands.common import add_db_option
+
+HELP = "open the triage dashboard (Streamlit) on the run database; loads the demo runs into an empty store"
+APP = Path(__file__).resolve().parent.parent.parent / "dashboard" / "app.py"
+
+
+def add_arguments(parser) -> None:
+    add_db_option(parser)
+    parser.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1: this machine only; use an SSH tunnel)")
+
+
+def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
+    """The server command line: safe settings explicit here as well as in dashboard/.streamlit/config.toml."""
+    return [sys.executable, "-m", "streamlit", "run", str(app),
+            f"--server.address={host}", f"--server.port={port}", "--server.headless=true",
+            "--server.enableXsrfProtection=true", "--server.enableCORS=true", "--server.fileWatcherType=none",
+            "--browser.gatherUsageStats=false", "--global.developmentMode=false"]
+
+
+def run(args) -> int:
+    from moeproxy.errors import InputError
+    from moeproxy.store import default_db_path
+
+    if not 0 < args.port < 65536:
+        raise InputError(f"--port {args.port}: must be 1..65535")
+    if not APP.exists():
+        raise InputError(f"{APP}: the dashboard app is missing from this install")
+    env = dict(os.environ)
+    env["MOEPROXY_DB"] = str(Path(args.db).expanduser().resolve()) if args.db else str(default_db_path())
+    print(f"moeproxy dashboard on http://{args.host}:{args.port} (store {env['MOEPROXY_DB']}); Ctrl-C stops it",
+          file=sys.stderr)
+    return subprocess.call(streamlit_argv(APP, args.host, args.port), env=env)

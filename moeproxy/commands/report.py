@@ -1,0 +1,24 @@
+"""moeproxy report: write a self-contained HTML post-mortem of a run (and its proxy)."""
+
+from __future__ import annotations
+
+from moeproxy.commands.common import add_db_option, open_store
+
+HELP = "write a self-contained HTML post-mortem of a run (figures, findings, proxy recipe)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run", metavar="RUN", help="run name in the database")
+    parser.add_argument("--proxy", metavar="RUN", default=None, help="the proxy run to compare with")
+    parser.add_argument("--proxy-report", metavar="FILE", default=None,
+                        help="proxy_report.json of the proxy checkpoint (the recipe shown in the report)")
+    parser.add_argument("-o", "--output", metavar="FILE.html", required=True, help="HTML file to write")
+    add_db_option(parser)
+
+
+def run(args) -> int:
+    from moeproxy.report import write_report
+
+    target = write_report(open_store(args), args.run, args.output, proxy=args.proxy, proxy_report=args.proxy_report)
+    print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB)")
+    return 0
