@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "diagnose"))
 
-from evalset import formats_for, generate_eval_set, render  # noqa: E402
+from evalset import formats_for, generate_eval_set, generate_pairs, render  # noqa: E402
 
-from moeproxy.diagnose import CATEGORIES, diagnose_frame  # noqa: E402
+from moeproxy.diagnose import CATEGORIES, diagnose_frame, diagnose_pair  # noqa: E402
 
 TOLERANCE = 0.05
 
@@ -84,6 +84,11 @@ def main(argv=None) -> int:
         res = diagnose_frame(r.frame())
         cases.append((r.name, r.label, r.onset, r.span, res["verdict"], res["onset_step"]))
     print_report(f"generated set (seed {args.seed})", cases, time.perf_counter() - t0)
+    t0, cases = time.perf_counter(), []
+    for p in generate_pairs(seed=args.seed, per_kind=4):
+        res = diagnose_pair(p.run.frame(), p.reference.frame())
+        cases.append((p.name, p.label, p.onset, p.span, res["verdict"], res["onset_step"]))
+    print_report("pairs of runs that should match", cases, time.perf_counter() - t0)
     if args.formats:
         from moeproxy.ingest import ingest_paths
         from moeproxy.store import Store

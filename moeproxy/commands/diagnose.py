@@ -21,21 +21,21 @@ def add_arguments(parser) -> None:
                         help="a run name in the database, else a log file or directory (not stored)")
     parser.add_argument("--json", action="store_true",
                         help='print {"verdict", "onset_step", "findings": [...]} as JSON')
+    parser.add_argument("--reference", metavar="TARGET",
+                        help="a run or log that should match TARGET (same seed and data, another device or "
+                             "precision): report where they part")
     add_db_option(parser)
 
 
-def diagnose_target(target: str, db: str | None) -> tuple[str, dict, bool]:
-    """(run name, result, stored?) for a stored run or a log path."""
-    from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+def load_target(target: str, db: str | None):
+    """(run name, long frame, the store holding it or None) for a stored run or a log path."""
     from moeproxy.store import Store, default_db_path
 
     db_path = Path(db).expanduser() if db else default_db_path()
     if db_path.exists():
         store = Store(db_path)
         if store.has_run(target):
-            result = diagnose_frame(store.run_frame(target))
-            store.save_findings(target, result, DETECTOR_VERSION)
-            return target, result, True
+            return target, store.run_frame(target), store
     path = Path(target)
     if not path.exists():
         where = f"the database {db_path}" if db_path.exists() else f"a database (none at {db_path})"
@@ -45,13 +45,28 @@ def diagnose_target(target: str, db: str | None) -> tuple[str, dict, bool]:
     scratch = Store(":memory:")
     name = path.resolve().name
     ingest_paths(scratch, [path], run=name)
-    return name, diagnose_frame(scratch.run_frame(name)), False
+    return name, scratch.run_frame(name), None
+
+
+def diagnose_target(target: str, db: str | None, reference: str | None = None) -> tuple[str, dict, bool]:
+    """(run name, result, stored?) for a stored run or a log path; a stored run's result is saved
+    (not when compared with a reference: that result is about the pair)."""
+    from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame, diagnose_pair
+
+    name, frame, store = load_target(target, db)
+    if reference is not None:
+        ref_name, ref_frame, _ = load_target(reference, db)
+        return name, diagnose_pair(frame, ref_frame, label=name, reference_label=ref_name), False
+    result = diagnose_frame(frame)
+    if store is not None:
+        store.save_findings(name, result, DETECTOR_VERSION)
+    return name, result, store is not None
 
 
 def run(args) -> int:
     from moeproxy.diagnose import render_text
 
-    name, result, _stored = diagnose_target(args.target, args.db)
+    name, result, _stored = diagnose_target(args.target, args.db, args.reference)
     if args.json:
         print(json.dumps(result, indent=2, allow_nan=False))
     else:

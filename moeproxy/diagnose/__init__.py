@@ -2,13 +2,14 @@
 
 Pure functions over a run's series (numpy/pandas/ruptures; no SQL, no Streamlit, no torch).
 ``diagnose_frame(frame)`` takes the long form ``(step, metric, value)`` and returns the findings
-contract of shared/DESIGN.md; ``render_text`` prints it for people; ``DETECTORS`` lists the
-registered detectors; ``DETECTOR_VERSION`` is saved with stored findings so the dashboard knows
+contract of shared/DESIGN.md; ``render_text`` prints it for people; ``diagnose_pair`` adds the
+comparison with a run that should match; ``DETECTORS`` lists the registered detectors; ``DETECTOR_VERSION`` is saved with stored findings so the dashboard knows
 when they are stale.
 """
 
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.diagnosis import diagnose_frame, diagnose_run, diagnose_series
+from moeproxy.diagnose.pair import compare_runs, diagnose_pair
 from moeproxy.diagnose.registry import DETECTORS, all_detectors, register_detector
 from moeproxy.diagnose.render import render_text
 from moeproxy.diagnose.series import RunSeries
@@ -18,6 +19,6 @@ DETECTOR_VERSION = "diagnose-1.0"
 
 __all__ = [
     "CATEGORIES", "DETECTORS", "DETECTOR_VERSION", "DiagnoseConfig", "Finding", "MAIN_CATEGORIES",
-    "RunSeries", "SECONDARY_CATEGORIES", "all_detectors", "diagnose_frame", "diagnose_run",
-    "diagnose_series", "register_detector", "render_text",
+    "RunSeries", "SECONDARY_CATEGORIES", "all_detectors", "compare_runs", "diagnose_frame",
+    "diagnose_pair", "diagnose_run", "diagnose_series", "register_detector", "render_text",
 ]

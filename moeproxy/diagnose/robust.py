@@ -31,10 +31,7 @@ class Departure:
     baseline: float     # baseline median (transformed units)
     scale: float        # baseline sigma (transformed units)
     peak: int           # most extreme record of the run
-
-    @property
-    def length(self) -> int:
-        return self.end - self.first + 1
+    count: int          # records beyond the band (dips inside the run not counted)
 
 
 def log10_positive(values: np.ndarray) -> np.ndarray:
@@ -129,9 +126,10 @@ def find_departures(
         peak = t + int(np.argmax(direction * run))
         onset = _refine_onset(v, med, t, end, scale, direction, window, min_history,
                               min_delta) if refine else t
+        count = sum(beyond(j) for j in range(t, end + 1))
         out.append(Departure(onset=int(idx[onset]), first=int(idx[t]), end=int(idx[end]),
                              recovered=recovered, baseline=float(base), scale=scale,
-                             peak=int(idx[peak])))
+                             peak=int(idx[peak]), count=int(count)))
         t = end + 1
     return out
 
@@ -142,7 +140,7 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
     Each earlier record is judged against its own causal median (a trending baseline, e.g. the
     healthy entropy decay, must not drag the onset back)."""
     k, limit = t, max(min_history, t - max(2, window // 2))
-    soft = max(1.5 * scale, 1e-12)
+    soft = max(2.5 * scale, 1e-12)
     steps_diff = np.diff(v[: t + 1])
     drift = float(np.median(steps_diff[: max(1, t - 1)])) if t > 1 else 0.0
 

@@ -43,7 +43,7 @@ def sustained_shift(series: pd.Series, direction: int, *, z: float, min_history:
         y, min_delta = np.where(np.isfinite(values), values, np.nan), float(delta)
     for d in find_departures(y, direction, min_delta=min_delta, z=z, min_history=min_history,
                              window=window):
-        records = int(np.isfinite(y[d.first : d.end + 1]).sum())
+        records = d.count
         if (not d.recovered and records >= end_records) or records >= min_records:
             base = 10 ** d.baseline if factor is not None else d.baseline
             return Shift(int(steps[d.onset]), int(steps[d.first]), int(steps[d.peak]),

@@ -377,3 +377,53 @@ def render(run: LabelledRun, fmt: str) -> tuple[str, str]:
             lines.append(f"step {step} | {kv}")
         return "train.txt", "\n".join(lines) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Pairs of runs that should match (same seed and data, another device or precision)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class LabelledPair:
+    name: str
+    label: str
+    onset: int | None
+    run: LabelledRun
+    reference: LabelledRun
+
+    @property
+    def span(self) -> int:
+        return self.run.span
+
+
+def _copy(run: LabelledRun, name: str, transform) -> LabelledRun:
+    series = {k: pd.Series(transform(k, s.to_numpy(dtype=float).copy()), index=s.index)
+              for k, s in run.series.items()}
+    return LabelledRun(name, run.label, run.onset, series, run.style, run.notes)
+
+
+def generate_pairs(seed: int = 5, per_kind: int = 4) -> list[LabelledPair]:
+    rng = np.random.default_rng(seed)
+    pairs: list[LabelledPair] = []
+    healthy = [r for r in generate_eval_set(seed=seed + 100, per_kind=per_kind) if r.label == "healthy"]
+    failing = [r for r in generate_eval_set(seed=seed + 200, per_kind=1) if r.label in ("divergence", "overflow")]
+    for k, base in enumerate(healthy[: 2 * per_kind]):
+        if k % 2 == 0:   # bitwise-identical rerun
+            pairs.append(LabelledPair(f"pair-identical-{k}", "healthy", None, base, _copy(base, "ref", lambda n, v: v)))
+        else:            # another device: agrees to ~1e-4
+            noise = lambda n, v: v * (1 + 1e-4 * rng.normal(0, 1, v.size))  # noqa: E731
+            pairs.append(LabelledPair(f"pair-close-{k}", "healthy", None, base, _copy(base, "ref", noise)))
+    for k, base in enumerate(healthy[: per_kind]):
+        n = len(base.series["grad_norm"])
+        i0 = _onset_index(rng, n)
+        dev = np.where(np.arange(n) >= i0, rng.uniform(0.05, 0.3) * (1 + 0.05 * (np.arange(n) - i0)), 0.0)
+
+        def apart(name, v, dev=dev):
+            sign = np.where(rng.random(v.size) < 0.5, -1.0, 1.0)
+            return v * (1 + sign * dev) if name in ("loss", "grad_norm", "reward_mean", "policy_entropy") else v
+
+        onset = int(base.series["grad_norm"].index[i0])
+        pairs.append(LabelledPair(f"pair-mismatch-{k}", "precision_mismatch", onset, _copy(base, "run", apart), base))
+    for k, base in enumerate(failing[:per_kind]):   # both fail the same way: the run's own cause
+        pairs.append(LabelledPair(f"pair-both-fail-{k}", base.label, base.onset, base, _copy(base, "ref", lambda n, v: v)))
+    return pairs

@@ -48,3 +48,17 @@ def test_unknown_target_is_a_one_line_error(tmp_path, capsys):
     rc = main(["diagnose", "no-such-run", "--db", str(tmp_path / "x.duckdb")])
     err = capsys.readouterr().err
     assert rc == 2 and "no-such-run" in err and len(err.strip().splitlines()) == 1
+
+
+def test_reference_option_reports_where_two_runs_part(tmp_path, capsys, db_path):
+    lines = [f"step {s} | loss {2.0 - 0.01 * s:.4f} | grad_norm {0.5 + 0.01 * (s % 3):.4f}" for s in range(1, 31)]
+    (tmp_path / "gpu.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "same.txt").write_text("\n".join(lines) + "\n")
+    npu = [f"step {s} | loss {(2.0 - 0.01 * s) * (1.08 if s >= 20 else 1.0):.4f} | "
+           f"grad_norm {0.5 + 0.01 * (s % 3):.4f}" for s in range(1, 31)]
+    (tmp_path / "npu.txt").write_text("\n".join(npu) + "\n")
+    assert main(["diagnose", str(tmp_path / "npu.txt"), "--reference", str(tmp_path / "gpu.txt"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "precision_mismatch" and out["onset_step"] == 20
+    assert main(["diagnose", str(tmp_path / "same.txt"), "--reference", str(tmp_path / "gpu.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "healthy"

@@ -104,3 +104,19 @@ def test_hand_made_logs_in_framework_formats(tmp_path):
         assert not stored
         assert res["verdict"] == want["verdict"], (name, res)
         assert res["onset_step"] == want["onset_step"], (name, res)
+
+
+def test_pairs_that_should_match():
+    from evalset import generate_pairs
+
+    from moeproxy.diagnose import diagnose_pair
+
+    pairs = generate_pairs(seed=5, per_kind=4)
+    assert {p.label for p in pairs} >= {"healthy", "precision_mismatch"}
+    labelled, predicted = [], []
+    for p in pairs:
+        res = diagnose_pair(p.run.frame(), p.reference.frame())
+        labelled.append((p.label, p.onset, p.span))
+        predicted.append((res["verdict"], res["onset_step"]))
+    s = score(labelled, predicted)
+    assert s["accuracy"] >= 0.95, (s, predicted)

@@ -3,9 +3,9 @@
 On log10 of the positive values (zeros, e.g. GRPO groups with zero reward variance, carry no
 signal), a departure must stand out from the run's own recent noise (robust z) and move by at
 least a factor (3x grad norm, 1.25x loss). It is critical when it lasts: >= 2 records that never
-come back (or that run into the first non-finite value: the overflow is then a consequence),
->= 3 records that later recover, or >= 2 records of a 10x spike (Megatron's spiky factor). A
-single record that recovers is a blip: reported as a warning, never the verdict. Records of the
+come back (or that run into the first non-finite value: the overflow is then a consequence), or
+>= 3 records that later recover. Shorter spikes that recover (even 10x, Megatron's spiky factor)
+are blips: reported as warnings, never the verdict. Records of the
 fp16 loss-scale search at start-up are ignored; RL policy losses (signed, near zero) are skipped.
 """
 
@@ -65,19 +65,19 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     for d in deps:
         peak = 10 ** (y[d.peak] - d.baseline)
         base = 10 ** d.baseline
-        n_rec = int(np.isfinite(y[d.first : d.end + 1]).sum())
+        n_rec = d.count
         at_end = d.end == last
         if at_end and truncated:
             critical, tail = n_rec >= 2, (f"; then {fmt(vals[cut])} at step {int(steps[cut])}")
         elif at_end:
             critical, tail = n_rec >= 2, "; it had not come back by the last record"
         else:
-            critical = n_rec >= 3 or (n_rec >= 2 and peak >= cfg.spike_factor)
+            critical = n_rec >= 3
             tail = f"; back in band after step {int(steps[d.end])}"
         if not critical:
             blips.append((int(steps[d.first]), peak))
             continue
-        rule = "sustained_rise" if (at_end or n_rec >= 3) else "multi_record_spike"
+        rule = "sustained_rise" if at_end else "multi_record_spike"
         top = d.onset + int(np.nanargmax(np.where(np.isfinite(y[d.onset:]), y[d.onset:], -np.inf)))
         if not at_end and not truncated:
             top = d.peak
@@ -90,7 +90,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     if blips:
         step, peak = max(blips, key=lambda b: b[1])
         out.append(Finding(DIVERGENCE, blips[0][0], WARNING, name, "isolated_spike",
-                           f"{len(blips)} isolated {name} spike(s) that recovered at once "
+                           f"{len(blips)} short {name} spike(s) that recovered within 2 records "
                            f"(largest {fmt(peak)}x its median, at step {step}): not divergence"))
     return out
 
