@@ -139,13 +139,16 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
 
     Each earlier record is judged against its own causal median (a trending baseline, e.g. the
     healthy entropy decay, must not drag the onset back)."""
-    k, limit = t, max(min_history, t - max(2, window // 2))
+    # may reach one record into the short-history zone: a departure confirmed later can have
+    # begun there (judged against the frozen baseline, as it has no causal median of its own)
+    k, limit = t, max(1, min_history - 1, t - max(2, window // 2))
     soft = max(2.5 * scale, 1e-12)
-    steps_diff = np.diff(v[: t + 1])
-    drift = float(np.median(steps_diff[: max(1, t - 1)])) if t > 1 else 0.0
+    diffs = np.diff(v[: t + 1])
 
     def moving(j: int) -> bool:  # record j already departs, and faster than the usual drift
-        return (direction * (v[j] - med[j]) > soft
+        ref = med[j] if np.isfinite(med[j]) else med[t]
+        drift = float(np.median(diffs[: j - 1])) if j > 1 else 0.0  # steps before the one into j
+        return (direction * (v[j] - ref) > soft
                 and j >= 1 and direction * (v[j] - v[j - 1] - drift) > soft)
 
     while k - 1 >= limit and moving(k - 1):
@@ -158,7 +161,7 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
         # accept the knee only inside the pre-exceedance stretch, and only for a ramp: the
         # records between knee and exceedance already moved, on average
         moved = _excess_over_trend(v, kn, k, direction) if kn < k else 0.0
-        if limit <= kn < k and moved > max(scale, 0.15 * min_delta):
+        if max(limit, min_history) <= kn < k and moved > max(scale, 0.15 * min_delta):
             k = kn
     return k
 

@@ -206,3 +206,23 @@ def test_bad_frames_and_configs_raise_clear_errors():
 def test_empty_and_tiny_runs_are_healthy():
     assert diagnose_frame(pd.DataFrame(columns=["step", "metric", "value"]))["verdict"] == "healthy"
     assert diagnose_series({"grad_norm": series([1.0, 1.1])})["verdict"] == "healthy"
+
+
+def test_megatron_loss_missing_from_a_complete_line_is_a_nan_loss():
+    n = 20
+    loss = series(np.linspace(2.0, 1.5, n))
+    base = {"loss_scale": series(np.ones(n)), "skipped_iters": series(np.zeros(n)),
+            "grad_norm": series(noisy(n)), "loss": loss.drop(index=[16, 17, 18])}
+    res = diagnose_series(base)
+    assert res["verdict"] == "overflow" and res["onset_step"] == 16
+    assert res["findings"][0]["rule"] == "loss_vanished"
+    skipped = np.zeros(n)
+    skipped[15:18] = 1  # fp16 skipped iterations carry no loss either: that is not a NaN loss
+    res = diagnose_series({**base, "loss_scale": series(np.full(n, 65536.0)), "skipped_iters": series(skipped)})
+    assert not any(f["rule"] == "loss_vanished" for f in res["findings"])
+
+
+def test_divergence_onset_may_start_before_the_history_is_full():
+    loss = [1.593, 1.406, 3.316, 6.437, 5.478, 4.857, 4.874, 4.604]  # shape of a short pasted log
+    res = diagnose_series({"loss": series(loss, every=25)})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 75

@@ -7,7 +7,8 @@ NaN iteration is critical; fp16 runs start with a loss-scale search (2^32 halved
 skipped step) that is not a failure, and afterwards an isolated skip is ordinary dynamic
 scaling, but >= 3 halvings within the loss-scale window or reaching the minimum scale (1.0) is a
 collapse; Ascend saturation mode produces no inf, only |x| at the fp16 maximum (65504) or huge
-values (msprobe's 1e10 alarm).
+values (msprobe's 1e10 alarm). Megatron drops a NaN loss from its line: a complete record without
+the loss (and without a skipped iteration) is read as a NaN loss.
 """
 
 from __future__ import annotations
@@ -153,10 +154,11 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             grad_key = "grad" in name.lower()
             sev = WARNING if (fp16 and grad_key and isolated) else CRITICAL
             note = " (an isolated skipped fp16 step)" if sev == WARNING else ""
+            before = _median_before(series, step)
+            lead = (f"{name} went from a median of {fmt(before)} to {fmt(vals[j])} at step {step}"
+                    if np.isfinite(before) else f"{name} is {fmt(vals[j])} from its first record (step {step})")
             out.append(Finding(OVERFLOW, step, sev, name, "nonfinite_value",
-                               f"{name} went from a median of {fmt(_median_before(series, step))} to "
-                               f"{fmt(vals[j])} at step {step}; {bad.size} non-finite of {len(vals)} "
-                               f"records{note}"))
+                               f"{lead}; {bad.size} non-finite of {len(vals)} records{note}"))
             vals = vals[:j]  # saturation before the first non-finite value still counts
         with np.errstate(invalid="ignore"):
             mag = np.abs(vals)
@@ -175,6 +177,29 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
     return out
 
 
+def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Finding]:
+    """Megatron-style lines print the loss only when it is finite (>= 0): a record that has the
+    loss scale but no loss, and skipped no iteration, had a NaN loss."""
+    found, scale = run.resolve("loss"), run.resolve("loss_scale")
+    if found is None or scale is None:
+        return []
+    name, loss = found
+    skipped = run.resolve("skipped_iters")
+    present = set(loss.index.tolist())
+    first_loss = int(loss.index[0])
+    for step in scale[1].index:
+        step = int(step)
+        if step <= first_loss or step in present or (start_end is not None and step <= start_end):
+            continue
+        if skipped is not None and step in skipped[1].index and skipped[1].loc[step] > 0:
+            continue  # a skipped fp16 iteration carries no loss either
+        return [Finding(OVERFLOW, step, CRITICAL, name, "loss_vanished",
+                        f"{name} is missing from the record at step {step} (last value "
+                        f"{fmt(float(loss[loss.index < step].iloc[-1]))}) while the line is otherwise "
+                        f"complete and skipped nothing: Megatron prints only finite losses, so it was NaN")]
+    return []
+
+
 @register_detector("overflow", "non-finite loss/grad, loss-scale collapse, skipped/NaN iterations, saturation")
 def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run)
@@ -183,6 +208,7 @@ def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     findings = _value_findings(run, cfg, start_end, fp16)
     findings += _loss_scale_findings(run, cfg, start_end)
     findings += _counter_findings(run, cfg, start_end, fp16)
+    findings += _vanished_loss_findings(run, start_end)
     if start_end is not None:
         findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
                                 f"fp16 loss-scale search at start-up up to step {start_end} is not a "
