@@ -33,7 +33,8 @@ class DiagnoseConfig:
     entropy_floor_fraction: float = 0.15
     reward_drop_fraction: float = 0.5  # share of the gained reward lost, sustained
     kl_factor: float = 10.0
-    kl_floor: float = 0.05
+    kl_floor: float = 0.05             # new-vs-old KL (ppo_kl): ~1.5x a target of 0.01 is already large
+    kl_ref_floor: float = 0.1          # KL to the reference grows from 0 by design; only large values count
     length_factor: float = 2.0
     truncation_limit: float = 0.1
     vanishing_fraction: float = 1e-3

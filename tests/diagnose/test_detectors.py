@@ -226,3 +226,20 @@ def test_divergence_onset_may_start_before_the_history_is_full():
     loss = [1.593, 1.406, 3.316, 6.437, 5.478, 4.857, 4.874, 4.604]  # shape of a short pasted log
     res = diagnose_series({"loss": series(loss, every=25)})
     assert res["verdict"] == "divergence" and res["onset_step"] == 75
+
+
+def test_kl_to_reference_growing_from_zero_is_normal_but_a_blowup_is_not():
+    n = 40
+    kl = series(np.r_[0.0, np.geomspace(1e-5, 0.05, n - 1)])
+    assert diagnose_series({"kl": kl})["verdict"] == "healthy"
+    rng = np.random.default_rng(5)
+    calm = 0.01 * np.exp(rng.normal(0, 0.1, n))
+    calm[30:] *= 40
+    res = diagnose_series({"kl": series(calm)})
+    assert res["verdict"] == "kl_explosion" and res["onset_step"] == 31
+
+
+def test_mostly_truncated_responses_are_a_warning():
+    res = diagnose_series({"truncation_rate": series(np.full(30, 0.95))})
+    assert res["verdict"] == "healthy"
+    assert res["findings"][0]["rule"] == "truncation_high" and res["findings"][0]["severity"] == "warning"
