@@ -243,3 +243,12 @@ def test_mostly_truncated_responses_are_a_warning():
     res = diagnose_series({"truncation_rate": series(np.full(30, 0.95))})
     assert res["verdict"] == "healthy"
     assert res["findings"][0]["rule"] == "truncation_high" and res["findings"][0]["severity"] == "warning"
+
+
+def test_entropy_blowup_is_a_warning():
+    rng = np.random.default_rng(6)
+    h = 0.6 * np.exp(rng.normal(0, 0.03, 60))
+    h[40:] *= 3
+    res = diagnose_series({"policy_entropy": series(h)})
+    assert res["verdict"] == "healthy"
+    assert res["findings"][0]["rule"] == "entropy_blowup" and res["findings"][0]["onset_step"] == 41

@@ -3,7 +3,8 @@
 Rule (shared/research/logs-and-failures.md §2 row 5, arXiv 2505.22617): healthy GRPO entropy
 falls ~73% early on, so only a fall below ``entropy_floor_fraction`` (15%) of the start value
 counts, and only while the reward stalls (no clear gain from the onset to the end). Entropy that
-collapses while the reward still climbs is sharpening: reported as a warning.
+collapses while the reward still climbs is sharpening: reported as a warning, as is the opposite, an
+entropy blow-up (doubling and staying up), which often precedes a NaN collapse.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
         return []
     vals = s.to_numpy()
     start, end = head_level(vals, share=0.05), tail_level(vals)
+    if start > 0 and end >= 2 * start:
+        rise = sustained_shift(s, +1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history)
+        if rise is not None and not rise.recovered:
+            return [Finding(ENTROPY_COLLAPSE, rise.onset_step, WARNING, name, "entropy_blowup",
+                            f"{name} rose from {fmt(start)} to {fmt(end)} from step {rise.onset_step}: "
+                            f"the opposite of a collapse (garbage tokens), which often precedes NaN")]
     if not start > 0 or end > cfg.entropy_floor_fraction * start:
         return []
     # a short baseline window follows the healthy early decay, so only the collapse departs
