@@ -26,6 +26,9 @@ COMMANDS: dict[str, str] = {
     "build": "moeproxy.commands.build",
     "dashboard": "moeproxy.commands.dashboard",
     "report": "moeproxy.commands.report",
+    "repro": "moeproxy.commands.repro",
+    "compare": "moeproxy.commands.compare",
+    "evaluate": "moeproxy.commands.evaluate",
 }
 
 

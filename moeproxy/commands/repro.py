@@ -51,7 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default=None, help="run store (default: MOEPROXY_DB or the per-user store)")
     p.add_argument("--name", default=None, help="run name prefix (default: repro-<scenario>-s<seed>)")
     p.add_argument("--baseline", choices=("cluster", "random", "dense"), default="cluster",
-                   help="proxy kind: clustering (moeproxy build), random experts, or a dense model")
+                   help="proxy kind: clustering (moeproxy build, default), random experts, or a dense model")
+    p.add_argument("--heal-steps", type=int, default=100,
+                   help="supervised steps on the proxy after pruning, before RL (default 100)")
+    p.add_argument("--no-evaluate", action="store_true", help="skip the keep/reject evaluation of the proxy")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     from moeproxy.repro.harness import HarnessSpec, run_pair
 
     spec = HarnessSpec(scenario=args.scenario, keep_ratio=args.keep_ratio, steps=args.steps, seed=args.seed,
-                       out=Path(args.out), model=args.model, db=args.db, name=args.name, baseline=args.baseline)
+                       out=Path(args.out), model=args.model, db=args.db, name=args.name, baseline=args.baseline,
+                       heal_steps=args.heal_steps, evaluate=not args.no_evaluate)
     result = run_pair(spec, log=print)
     full, proxy = result["full"], result["proxy"]
     print(f"full  {full['verdict']:<20} onset {full['onset_step']}")

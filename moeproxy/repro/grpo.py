@@ -28,7 +28,7 @@ from moeproxy.repro.sampling import Rollout, decode_completions, encode_prompts,
 from moeproxy.repro.verl_log import VerlFileLogger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-          "float8_e4m3fn": torch.float8_e4m3fn}
+          "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 
 
 @dataclass
@@ -73,25 +73,34 @@ class GrpoConfig:
         return self.fault_step is not None and step >= self.fault_step
 
 
+def _has_router_family(model) -> bool:
+    from moeproxy.proxy.arch import FAMILIES
+
+    return getattr(model.config, "model_type", None) in FAMILIES
+
+
 def _router_parameters(model) -> list[torch.nn.Parameter]:
     from moeproxy.repro.probes import find_routers
+
+    if not _has_router_family(model):
+        return []
 
     return [p for _layer, _name, router in find_routers(model) for p in router.parameters()]
 
 
 def quantise_weights(model, dtype: torch.dtype):
-    """A copy of ``model`` as an inference engine holds it: bf16/fp16 cast, or FP8 e4m3 per-tensor
-    scaled weights (dequantised to bf16 for compute)."""
+    """A copy of ``model`` as an inference engine holds it: bf16/fp16 cast, or FP8 (e4m3 or e5m2)
+    per-tensor scaled weights (dequantised to bf16 for compute)."""
     engine = copy.deepcopy(model)
     if dtype == torch.float32:
         return engine
-    if dtype == torch.float8_e4m3fn:
-        fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        fp8_max = torch.finfo(dtype).max
         with torch.no_grad():
             for p in engine.parameters():
                 if p.dim() >= 2:
                     scale = p.abs().max().clamp(min=1e-12) / fp8_max
-                    p.copy_((p / scale).to(torch.float8_e4m3fn).float() * scale)
+                    p.copy_((p / scale).to(dtype).float() * scale)
         return engine.to(torch.bfloat16)
     return engine.to(dtype)
 
@@ -111,7 +120,10 @@ class GrpoTrainer:
             lr=config.lr, weight_decay=0.0,
         )
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
-        self.probe = RoutingProbe(self.model)
+        self.is_moe = bool(_router_parameters(model)) if _has_router_family(model) else False
+        self.probe = RoutingProbe(self.model) if self.is_moe else None
+        self.total_params = sum(p.numel() for p in model.parameters())
+        self.active_params = active_parameters(model)
         self.rng = random.Random(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         torch.manual_seed(config.seed)
@@ -147,7 +159,8 @@ class GrpoTrainer:
         ids, mask = encode_prompts(self.tokenizer, prompts)
 
         engine, engine_dtype = self._rollout_engine(step)
-        self.probe.enabled = False
+        if self.probe is not None:
+            self.probe.enabled = False
         rollout = sample(engine, self.tokenizer, ids, mask, temperature=c.temperature, generator=self.generator)
         t_gen = time.perf_counter() - t0
         texts = decode_completions(self.tokenizer, rollout)
@@ -157,13 +170,17 @@ class GrpoTrainer:
 
         # old log-probs recomputed by the trainer in fp32 (also the reference point for the
         # train-vs-rollout mismatch metrics); routing probes watch this forward
-        self.probe.enabled = True
-        self.probe.set_token_mask(rollout.attention_mask)
+        if self.probe is not None:
+            self.probe.enabled = True
+            self.probe.set_token_mask(rollout.attention_mask)
         with torch.no_grad():
             trainer_lp, trainer_logits, _ = sequence_logprobs(self.model, rollout, c.temperature)
-        self.probe.set_token_mask(None)
-        self.probe.enabled = False
-        routing = self.probe.collect()
+        if self.probe is not None:
+            self.probe.set_token_mask(None)
+            self.probe.enabled = False
+            routing = self.probe.collect()
+        else:
+            routing = {"metrics": {}, "load": {}}
         tmask = rollout.completion_mask.float()
         old_lp = rollout.sampler_logprobs if c.old_logprobs_from_rollout else trainer_lp
         probs_diff = (trainer_lp.exp() - rollout.sampler_logprobs.exp()).abs()[tmask.bool()]
@@ -211,6 +228,8 @@ class GrpoTrainer:
         metrics["timing_s/step"] = time.perf_counter() - t0
         metrics["perf/cpu_memory_used_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
         metrics["perf/model_state_gb"] = self.model_state_bytes() / 1024**3
+        metrics["perf/total_params"] = self.total_params
+        metrics["perf/active_params"] = self.active_params
         return metrics
 
     def model_state_bytes(self) -> int:
@@ -232,8 +251,9 @@ class GrpoTrainer:
             sub = Rollout(rollout.prompt_ids[idx], rollout.prompt_mask[idx], rollout.completion_ids[idx],
                           rollout.completion_mask[idx], rollout.sampler_logprobs[idx])
             working = self._trainer_model()
-            lp, logits, out = sequence_logprobs(working, sub, c.temperature, output_router_logits=True)
+            lp, logits, out = sequence_logprobs(working, sub, c.temperature, output_router_logits=self.is_moe)
             lp = lp.float()
+            aux = out.aux_loss.float() if getattr(out, "aux_loss", None) is not None else torch.zeros(())
             tmask = sub.completion_mask.float()
             denom = tmask.sum().clamp(min=1)
             ratio = torch.exp(lp - old_lp[idx])
@@ -241,7 +261,7 @@ class GrpoTrainer:
             unclipped = ratio * adv
             clipped = torch.clamp(ratio, 1 - c.clip_ratio, 1 + c.clip_ratio) * adv
             pg_loss = (-torch.minimum(unclipped, clipped) * tmask).sum() / denom
-            loss = pg_loss + aux_coef * out.aux_loss.float()
+            loss = pg_loss + aux_coef * aux
             if self.reference is not None:
                 with torch.no_grad():
                     ref_lp, _, _ = sequence_logprobs(self.reference, sub, c.temperature)
@@ -256,7 +276,7 @@ class GrpoTrainer:
                 sums["clipfrac"] += float((((ratio - 1).abs() > c.clip_ratio).float() * tmask).sum() / denom) / c.mini_batches
                 sums["ppo_kl"] += float(((old_lp[idx] - lp) * tmask).sum() / denom) / c.mini_batches
             sums["pg_loss"] += float(pg_loss.detach()) / c.mini_batches
-            sums["aux_loss"] += float(out.aux_loss.detach()) / c.mini_batches
+            sums["aux_loss"] += float(aux.detach()) / c.mini_batches
             grad_norm = self._backward_and_step(working, loss, clip)
             sums["grad_norm"] += grad_norm / c.mini_batches
             sums["skipped"] += int(not math.isfinite(grad_norm))
@@ -306,7 +326,8 @@ def run_grpo(model, tokenizer, config: GrpoConfig, log_path: str | Path, progres
             logger.log(metrics, step=step)
             if progress is not None:
                 progress(step, metrics)
-    trainer.probe.remove()
+    if trainer.probe is not None:
+        trainer.probe.remove()
     total = sum(p.numel() for p in model.parameters())
     return {
         "config": asdict(config),

@@ -26,6 +26,7 @@ class PretrainConfig:
     warmup_steps: int = 50
     shape: TinyMoeShape = field(default_factory=TinyMoeShape)
     log_every: int = 100
+    dense_intermediate_size: int | None = None  # set: a dense Qwen3 baseline instead of the MoE
 
     def __post_init__(self):
         if isinstance(self.shape, dict):
@@ -53,6 +54,62 @@ def exact_match(model, tokenizer, pairs: list[tuple[int, int]], batch_size: int 
     return correct / max(len(pairs), 1)
 
 
+def supervised_steps(model, tokenizer, steps: int, seed: int, lr: float, batch_size: int = 128) -> float:
+    """``steps`` AdamW steps of answer-only supervised loss on the train split; returns the last loss."""
+    import torch
+
+    from moeproxy.repro import arithmetic
+    from moeproxy.repro.sampling import encode_supervised, position_ids_for
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    is_moe = getattr(model.config, "num_experts", None) is not None
+    model.train()
+    loss = float("nan")
+    for _ in range(steps):
+        batch = arithmetic.sample_prompts("train", batch_size, rng)
+        ids, mask, labels = encode_supervised(
+            tokenizer, [arithmetic.prompt(a, b) for a, b in batch], [arithmetic.answer(a, b) for a, b in batch]
+        )
+        extra = {"output_router_logits": True} if is_moe else {}
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), labels=labels,
+                    use_cache=False, **extra)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss = float(out.loss.detach())
+    return loss
+
+
+def heal(src_dir: str | Path, out_dir: str | Path, steps: int, seed: int = 0, lr: float = 1e-3, log=print) -> dict:
+    """Short supervised fine-tune of a checkpoint (a freshly pruned proxy) on the train split.
+
+    Pruning removes experts the backbone relied on; a hundred steps of the pre-training data
+    restore most of the task skill before RL (the idea of healing after pruning). Writes a normal
+    checkpoint (config, weights, tokenizer, the source's proxy_report.json) to ``out_dir``.
+    """
+    import shutil
+
+    from moeproxy.repro.tiny_moe import load_tiny_moe
+
+    model, tokenizer = load_tiny_moe(src_dir)
+    started = time.perf_counter()
+    loss = supervised_steps(model, tokenizer, steps, seed, lr)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    if (Path(src_dir) / "proxy_report.json").is_file():
+        shutil.copy2(Path(src_dir) / "proxy_report.json", out_dir / "proxy_report.json")
+    report = {"source": str(src_dir), "steps": steps, "lr": lr, "seed": seed,
+              "seconds": round(time.perf_counter() - started, 1), "final_loss": loss}
+    (out_dir / "heal_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    log(f"healed {src_dir} -> {out_dir}: {steps} steps, final loss {loss:.4f}")
+    return report
+
+
 def pretrain(config: PretrainConfig, out_dir: str | Path, log=print) -> dict:
     import torch
 
@@ -64,7 +121,12 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, log=print) -> dict:
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     tokenizer = build_tokenizer()
-    model = build_tiny_moe(config.seed, config.shape)
+    if config.dense_intermediate_size:
+        from moeproxy.repro.tiny_moe import build_tiny_dense
+
+        model = build_tiny_dense(config.seed, config.dense_intermediate_size, config.shape)
+    else:
+        model = build_tiny_moe(config.seed, config.shape)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / config.warmup_steps) * max(0.05, 1 - s / config.steps)
@@ -76,15 +138,18 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, log=print) -> dict:
         ids, mask, labels = encode_supervised(
             tokenizer, [arithmetic.prompt(a, b) for a, b in batch], [arithmetic.answer(a, b) for a, b in batch]
         )
+        extra = {} if config.dense_intermediate_size else {"output_router_logits": True}
         out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), labels=labels,
-                    output_router_logits=True, use_cache=False)
+                    use_cache=False, **extra)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         if step % config.log_every == 0 or step == config.steps:
-            log(f"step {step} loss: {out.loss.item():.4f} aux_loss: {out.aux_loss.item():.4f} lr: {sched.get_last_lr()[0]:.2e}")
+            aux = getattr(out, "aux_loss", None)
+            aux_text = f" aux_loss: {aux.item():.4f}" if aux is not None else ""
+            log(f"step {step} loss: {out.loss.item():.4f}{aux_text} lr: {sched.get_last_lr()[0]:.2e}")
     seconds = time.perf_counter() - started
     eval_em = exact_match(model, tokenizer, arithmetic.pairs("eval"))
     train_em = exact_match(model, tokenizer, arithmetic.pairs("train")[::10])

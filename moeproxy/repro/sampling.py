@@ -108,8 +108,8 @@ def sample(model, tokenizer, prompt_ids, prompt_mask, *, temperature: float = 1.
 def sequence_logprobs(model, rollout: Rollout, temperature: float = 1.0, output_router_logits: bool = False):
     """Per-token log-probs ``[B, T]`` (fp32) of the completion under ``model``, and the model output."""
     ids, mask = rollout.input_ids, rollout.attention_mask
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), use_cache=False,
-                output_router_logits=output_router_logits)
+    extra = {"output_router_logits": True} if output_router_logits else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), use_cache=False, **extra)
     prompt_len = rollout.prompt_ids.shape[1]
     logits = out.logits[:, prompt_len - 1 : -1, :].float() / max(temperature, 1e-6)
     logprobs = torch.log_softmax(logits, dim=-1).gather(2, rollout.completion_ids[:, :, None]).squeeze(2)

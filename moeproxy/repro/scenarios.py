@@ -17,11 +17,11 @@ FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed 
 - ``divergence``: the same learning-rate jump x10 with clipping removed, in fp32: the policy is
   kicked away from the reference, the grad norm spikes by 10x and more and the KL to the reference
   climbs, all finite.
-- ``precision_mismatch``: from the fault step the rollout engine samples from an FP8 (e4m3,
+- ``precision_mismatch``: from the fault step the rollout engine samples from an FP8 (e5m2,
   per-tensor scaled) copy of the policy computing in bf16, as a quantised inference engine does,
   while the trainer computes log-probs in fp32 and uses the engine's log-probs as pi_old without
   importance-sampling correction.
-- ``routing_collapse``: from the fault step the router learning rate is x200 and the load-balancing
+- ``routing_collapse``: from the fault step the router learning rate is x100 and the load-balancing
   loss is switched off, so a few experts take most tokens (routing entropy falls, imbalance rises).
 """
 
@@ -63,9 +63,9 @@ SCENARIOS: dict[str, Scenario] = {
                  "divergence", {"lr_multiplier": 10.0, "clip_after_fault": False}, fault_at=0.4),
         Scenario("precision_mismatch", "rollouts from an FP8 engine copy from the fault step, trainer fp32, engine "
                  "log-probs used as pi_old without correction", "precision_mismatch",
-                 {"rollout_dtype_after_fault": "float8_e4m3fn", "old_logprobs_from_rollout": True}, fault_at=0.4),
-        Scenario("routing_collapse", "router learning rate x200 and load-balancing loss off at the fault step",
-                 "routing_collapse", {"router_lr_multiplier": 200.0, "aux_loss_coef_after_fault": 0.0},
+                 {"rollout_dtype_after_fault": "float8_e5m2", "old_logprobs_from_rollout": True}, fault_at=0.4),
+        Scenario("routing_collapse", "router learning rate x100 and load-balancing loss off at the fault step",
+                 "routing_collapse", {"router_lr_multiplier": 100.0, "aux_loss_coef_after_fault": 0.0},
                  fault_at=0.4),
     )
 }

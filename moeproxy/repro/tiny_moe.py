@@ -2,7 +2,8 @@
 
 ``tiny_moe_config()`` gives the architecture, ``build_tokenizer()`` a ``PreTrainedTokenizerFast``
 over the arithmetic alphabet (saved with the checkpoint, loadable by ``AutoTokenizer``), and
-``load_tiny_moe(path)`` reads a saved checkpoint back. The committed checkpoint lives in
+``load_tiny_moe(path)`` reads a saved checkpoint back (also the dense baseline of
+``build_tiny_dense``, a Qwen3 with the same backbone, used by bench/fidelity.py). The committed checkpoint lives in
 ``data/tiny-moe/`` (see ``DEFAULT_CHECKPOINT``).
 """
 
@@ -88,6 +89,40 @@ def build_tiny_moe(seed: int, shape: TinyMoeShape | None = None):
 
     torch.manual_seed(seed)
     return Qwen3MoeForCausalLM(tiny_moe_config(shape))
+
+
+def tiny_dense_config(intermediate_size: int, shape: TinyMoeShape | None = None):
+    """A dense Qwen3 with the tiny MoE's backbone and one MLP of ``intermediate_size`` per layer."""
+    from transformers import Qwen3Config
+
+    shape = shape or TinyMoeShape()
+    table = vocab()
+    return Qwen3Config(
+        vocab_size=len(table), hidden_size=shape.hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads, head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=False,
+        pad_token_id=table["<pad>"], bos_token_id=table["<bos>"], eos_token_id=table["<eos>"],
+    )
+
+
+def dense_intermediate_for(active_parameters: int, shape: TinyMoeShape | None = None) -> int:
+    """The dense MLP width whose model has about ``active_parameters`` parameters."""
+    from transformers import Qwen3ForCausalLM
+
+    shape = shape or TinyMoeShape()
+    base = Qwen3ForCausalLM(tiny_dense_config(1, shape))
+    fixed = sum(p.numel() for p in base.parameters()) - 3 * shape.hidden_size * shape.num_hidden_layers
+    per_unit = 3 * shape.hidden_size * shape.num_hidden_layers
+    return max(1, round((active_parameters - fixed) / per_unit))
+
+
+def build_tiny_dense(seed: int, intermediate_size: int, shape: TinyMoeShape | None = None):
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(tiny_dense_config(intermediate_size, shape))
 
 
 def load_tiny_moe(path: str | Path | None = None, dtype=None):

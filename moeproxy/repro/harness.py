@@ -1,0 +1,254 @@
+"""Full vs proxy, end to end: build, heal, evaluate, run the scenario on both, ingest, compare.
+
+``run_pair(HarnessSpec(...))`` writes into ``out``:
+
+- ``proxy-build/`` the proxy from ``moeproxy.proxy.build_proxy`` (clustering, one representative per
+  cluster, backbone and router kept) and ``proxy/`` the same after ``heal_steps`` supervised steps;
+- ``evaluation.json`` from ``moeproxy.repro.evaluation.evaluate_pair`` (keep/reject before RL);
+- ``full.jsonl`` and ``proxy.jsonl``: the scenario at the same seed on each model, verl file JSONL;
+- ``fidelity.json``: ``moeproxy.fidelity.compare_runs`` on the two stored runs, plus the scenario,
+  the evaluation result, the proxy build summary and each side's training summary.
+
+Both logs are ingested into the store as ``<name>-full`` (role full) and ``<name>-proxy`` (role
+proxy, proxy_of the full run); runs of the same names are replaced, and the diagnosis of each is
+saved with the store's findings. Baselines (bench/fidelity.py): ``random`` keeps the same number of
+experts chosen at random, by masking the others in the full model with the proxy package's masking
+reference (pruning == masking, so the routing is the pruned model's, but the cost is the full
+model's); ``dense`` is a dense Qwen3 with the proxy's active parameter count, pre-trained by the
+same recipe (cached in ``dense_cache``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from moeproxy.errors import InputError
+
+BASELINES = ("cluster", "random", "dense")
+
+
+@dataclass
+class HarnessSpec:
+    scenario: str
+    out: Path
+    keep_ratio: float = 0.25
+    steps: int = 60
+    seed: int = 0
+    model: str | None = None
+    db: str | None = None
+    name: str | None = None
+    baseline: str = "cluster"
+    heal_steps: int = 100
+    evaluate: bool = True
+    full_log: Path | None = None  # reuse an existing full-model log of the same scenario/seed/steps
+    dense_cache: Path | None = None
+
+    def __post_init__(self):
+        from moeproxy.repro.scenarios import get_scenario
+
+        get_scenario(self.scenario)
+        self.out = Path(self.out)
+        if not 0 < self.keep_ratio <= 1:
+            raise InputError(f"--keep-ratio must be in (0, 1], got {self.keep_ratio}")
+        if self.steps < 5:
+            raise InputError(f"--steps must be >= 5 for a comparison, got {self.steps}")
+        if self.baseline not in BASELINES:
+            raise InputError(f"baseline {self.baseline!r}; expected one of {', '.join(BASELINES)}")
+        if self.heal_steps < 0:
+            raise InputError(f"heal_steps must be >= 0, got {self.heal_steps}")
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"repro-{self.scenario}-r{self.keep_ratio:g}-s{self.seed}"
+
+
+def _full_dir(spec: HarnessSpec) -> Path:
+    from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT
+
+    return Path(spec.model) if spec.model else DEFAULT_CHECKPOINT
+
+
+def build_cluster_proxy(spec: HarnessSpec, log=print) -> tuple[Path, dict]:
+    """``moeproxy build`` (library call) then healing; returns (proxy dir, build summary)."""
+    from moeproxy.proxy.build import BuildSpec, build_proxy
+    from moeproxy.repro.pretrain import heal
+
+    built = spec.out / "proxy-build"
+    if built.exists():
+        shutil.rmtree(built)
+    report = build_proxy(BuildSpec(src=_full_dir(spec), out=built, keep_ratio=spec.keep_ratio, seed=spec.seed))
+    summary = {k: report.get(k) for k in ("family", "experts_before", "experts_after", "top_k_before",
+                                          "top_k_after", "kept_experts", "bytes_before", "bytes_after")}
+    summary["verify_passed"] = report.get("verify", {}).get("passed")
+    summary["build_seconds"] = report.get("seconds", {}).get("total")
+    log(f"built proxy: {summary['experts_before']} -> {summary['experts_after']} experts per layer")
+    proxy = spec.out / "proxy"
+    if proxy.exists():
+        shutil.rmtree(proxy)
+    summary["heal"] = heal(built, proxy, spec.heal_steps, seed=spec.seed, log=log)
+    return proxy, summary
+
+
+def random_masked_model(spec: HarnessSpec):
+    """The full model with all but E' random experts per layer masked; (model, tokenizer, summary)."""
+    from moeproxy.proxy.arch import adapter_for
+    from moeproxy.proxy.constraints import RoutingShape, resolve_kept_count
+    from moeproxy.proxy.masking import mask_experts
+    from moeproxy.repro.tiny_moe import load_tiny_moe
+
+    model, tokenizer = load_tiny_moe(_full_dir(spec))
+    config = model.config.to_dict()
+    adapter = adapter_for(config)
+    n_group, topk_group = adapter.groups(config)
+    shape = RoutingShape(adapter.num_experts(config), adapter.top_k(config), n_group, topk_group)
+    kept_count = resolve_kept_count(shape, spec.keep_ratio, None, "keep", 1)
+    rng = random.Random(1000 + spec.seed)
+    kept = {}
+    for index, layer in enumerate(model.model.layers):
+        keep = sorted(rng.sample(range(shape.num_experts), kept_count))
+        kept[str(index)] = keep
+        mask_experts(adapter, layer, [e for e in range(shape.num_experts) if e not in keep])
+    return model, tokenizer, {"experts_before": shape.num_experts, "experts_after": kept_count, "kept_experts": kept}
+
+
+def dense_model(spec: HarnessSpec, log=print):
+    """The dense baseline with the cluster proxy's active parameter count (pre-trained once, cached)."""
+    from moeproxy.proxy.plan import plan_proxy  # noqa: F401  (import check: the planner gives the counts)
+    from moeproxy.repro.grpo import active_parameters
+    from moeproxy.repro.pretrain import PretrainConfig, pretrain
+    from moeproxy.repro.tiny_moe import dense_intermediate_for, load_tiny_moe
+
+    full, _ = load_tiny_moe(_full_dir(spec))
+    kept = max(full.config.num_experts_per_tok, round(full.config.num_experts * spec.keep_ratio))
+    expert_params = sum(p.numel() for n, p in full.named_parameters() if ".experts." in n)
+    total = sum(p.numel() for p in full.parameters())
+    proxy_total = total - expert_params + expert_params * kept // full.config.num_experts
+    proxy_active = proxy_total - expert_params * kept // full.config.num_experts + expert_params * full.config.num_experts_per_tok // full.config.num_experts
+    width = dense_intermediate_for(proxy_active)
+    cache = Path(spec.dense_cache or spec.out / "dense-cache") / f"dense-i{width}"
+    if not (cache / "config.json").is_file():
+        pretrain(PretrainConfig(steps=500, dense_intermediate_size=width), cache, log=log)
+    model, tokenizer = load_tiny_moe(cache)
+    return model, tokenizer, {"dense_intermediate_size": width, "parameters": sum(p.numel() for p in model.parameters()),
+                              "target_active_parameters": proxy_active, "checkpoint": str(cache),
+                              "note": f"active parameters of the full model: {active_parameters(full)}"}
+
+
+def _train(model, tokenizer, spec: HarnessSpec, log_path: Path) -> dict:
+    from moeproxy.repro.grpo import run_grpo
+    from moeproxy.repro.scenarios import get_scenario
+
+    config = get_scenario(spec.scenario).config(spec.steps, spec.seed)
+    summary = run_grpo(model, tokenizer, config, log_path)
+    summary.pop("config", None)
+    return summary
+
+
+def _ingest(store, path: Path, run: str, role: str, proxy_of: str | None = None) -> None:
+    from moeproxy.ingest import ingest_paths
+
+    if store.has_run(run):
+        store.delete_run(run)
+    ingest_paths(store, [path], run=run, role=role, proxy_of=proxy_of)
+
+
+def run_pair(spec: HarnessSpec, log=print) -> dict:
+    import torch
+
+    from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+    from moeproxy.fidelity import compare_runs
+    from moeproxy.repro.evaluation import EvalLimits, evaluate_pair, write_eval_tasks
+    from moeproxy.repro.scenarios import get_scenario
+    from moeproxy.repro.tiny_moe import load_tiny_moe
+    from moeproxy.store import Store
+
+    started = time.perf_counter()
+    spec.out.mkdir(parents=True, exist_ok=True)
+    scenario = get_scenario(spec.scenario)
+    timings = {}
+
+    t = time.perf_counter()
+    evaluation = None
+    if spec.baseline == "cluster":
+        proxy_dir, proxy_info = build_cluster_proxy(spec, log=log)
+        timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+        if spec.evaluate:
+            t = time.perf_counter()
+            tasks = spec.out / "eval_tasks.jsonl"
+            write_eval_tasks(tasks)
+            evaluation = evaluate_pair(_full_dir(spec), proxy_dir, tasks, EvalLimits())
+            (spec.out / "evaluation.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+            timings["evaluate_s"] = round(time.perf_counter() - t, 2)
+            log(f"evaluate: {evaluation['decision']} (exact match {evaluation['full']['exact_match']:.3f} -> "
+                f"{evaluation['proxy']['exact_match']:.3f})")
+        proxy_model, proxy_tok = load_tiny_moe(proxy_dir)
+    elif spec.baseline == "random":
+        from moeproxy.repro.pretrain import supervised_steps
+
+        proxy_model, proxy_tok, proxy_info = random_masked_model(spec)
+        supervised_steps(proxy_model, proxy_tok, spec.heal_steps, spec.seed, 1e-3)
+        proxy_info["heal"] = {"steps": spec.heal_steps}
+        timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+    else:
+        proxy_model, proxy_tok, proxy_info = dense_model(spec, log=log)
+        timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+
+    torch.manual_seed(spec.seed)
+    full_log = spec.out / "full.jsonl"
+    t = time.perf_counter()
+    if spec.full_log is not None and Path(spec.full_log).resolve() != full_log.resolve():
+        shutil.copy2(spec.full_log, full_log)
+        full_summary = {"reused": str(spec.full_log)}
+    elif spec.full_log is not None:
+        full_summary = {"reused": str(spec.full_log)}
+    else:
+        full_model, full_tok = load_tiny_moe(_full_dir(spec))
+        full_summary = _train(full_model, full_tok, spec, full_log)
+        log(f"full run: {spec.steps} steps, {full_summary['step_time_median_s']:.3f} s/step")
+    timings["full_rl_s"] = round(time.perf_counter() - t, 2)
+    t = time.perf_counter()
+    proxy_summary = _train(proxy_model, proxy_tok, spec, spec.out / "proxy.jsonl")
+    timings["proxy_rl_s"] = round(time.perf_counter() - t, 2)
+    log(f"proxy run: {spec.steps} steps, {proxy_summary['step_time_median_s']:.3f} s/step")
+
+    store = Store(spec.db)
+    full_run, proxy_run = f"{spec.run_name}-full", f"{spec.run_name}-proxy"
+    _ingest(store, full_log, full_run, "full")
+    _ingest(store, spec.out / "proxy.jsonl", proxy_run, "proxy", proxy_of=full_run)
+    for run in (full_run, proxy_run):
+        store.save_findings(run, diagnose_frame(store.run_frame(run)), DETECTOR_VERSION)
+    result = compare_runs(store, full_run, proxy_run)
+    timings["total_s"] = round(time.perf_counter() - started, 2)
+    result.update({
+        "scenario": {"name": scenario.name, "description": scenario.description,
+                     "expected_verdict": scenario.expected_verdict,
+                     "config": asdict(scenario.config(spec.steps, spec.seed))},
+        "keep_ratio": spec.keep_ratio,
+        "seed": spec.seed,
+        "steps": spec.steps,
+        "baseline": spec.baseline,
+        "evaluation": None if evaluation is None else {
+            "decision": evaluation["decision"], "reasons": evaluation["reasons"],
+            "quality_drop": evaluation["quality_drop"], "perplexity_ratio": evaluation["perplexity_ratio"],
+            "exact_match": {"full": evaluation["full"]["exact_match"], "proxy": evaluation["proxy"]["exact_match"]},
+            "tokens_per_s": {"full": evaluation["full"]["tokens_per_s"], "proxy": evaluation["proxy"]["tokens_per_s"]},
+            "peak_memory_bytes": {"full": evaluation["full"]["peak_memory_bytes"],
+                                  "proxy": evaluation["proxy"]["peak_memory_bytes"]},
+        },
+        "proxy_build": proxy_info,
+        "training": {"full": full_summary, "proxy": proxy_summary},
+        "timings": timings,
+        "store": store.label,
+    })
+    result["cost"]["model_state_bytes"] = {
+        "full": full_summary.get("model_state_bytes"), "proxy": proxy_summary.get("model_state_bytes"),
+    }
+    if full_summary.get("model_state_bytes"):
+        result["cost"]["model_state_bytes"]["ratio"] = round(proxy_summary["model_state_bytes"] / full_summary["model_state_bytes"], 4)
+    (spec.out / "fidelity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return result
