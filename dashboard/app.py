@@ -2,8 +2,9 @@
 
 Started by ``moeproxy dashboard`` (``streamlit run dashboard/app.py``). On a store with no runs
 it loads the bundled demo runs (``data/demo/``, or ``$MOEPROXY_DEMO_DIR``) once, so a new user
-lands on a diagnosed full run and its proxy. Pages live in ``pages/`` and stay thin: they call
-``dashboard.queries`` (cached store reads), ``dashboard.figures`` and ``moeproxy`` functions.
+lands on a diagnosed full run and its proxy. Pages live in ``app_pages/`` (not ``pages/``: Streamlit
+treats a ``pages/`` folder as a legacy multipage app and, for a page URL opened directly, runs the
+page without this entry point) and stay thin: they call ``dashboard.queries`` (cached store reads), ``dashboard.figures`` and ``moeproxy`` functions.
 """
 
 from __future__ import annotations
@@ -33,21 +34,24 @@ def load_demo_once(db: str) -> str:
         result = load_demo(Store(db), demo_dir)
     except MoeproxyError as exc:
         return f"demo data not loaded: {exc}"
-    return f"loaded demo runs {', '.join(result.loaded)}" if result.loaded else (result.skipped_reason or "")
+    except Exception as exc:  # never let the first-run convenience keep the app from starting
+        return f"demo data not loaded: {type(exc).__name__}: {exc}"
+    note = f"loaded demo runs {', '.join(result.loaded)}" if result.loaded else (result.skipped_reason or "")
+    return "; ".join([note, *result.warnings])
 
 
 demo_note = load_demo_once(queries.db_path())
 
 PAGES = [
-    st.Page("pages/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True),
-    st.Page("pages/triage.py", title="Triage", icon=":material/monitor_heart:", url_path="triage"),
-    st.Page("pages/compare.py", title="Compare", icon=":material/compare:", url_path="compare"),
-    st.Page("pages/proxy.py", title="Proxy", icon=":material/account_tree:", url_path="proxy"),
-    st.Page("pages/report.py", title="Report", icon=":material/description:", url_path="report"),
+    st.Page("app_pages/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True),
+    st.Page("app_pages/triage.py", title="Triage", icon=":material/monitor_heart:", url_path="triage"),
+    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare:", url_path="compare"),
+    st.Page("app_pages/proxy.py", title="Proxy", icon=":material/account_tree:", url_path="proxy"),
+    st.Page("app_pages/report.py", title="Report", icon=":material/description:", url_path="report"),
 ]
 page = st.navigation(PAGES)
 with st.sidebar:
     st.caption(f"Store: `{queries.db_path()}`")
-    if demo_note.startswith("loaded"):
+    if demo_note.startswith(("loaded", "demo data not loaded")):
         st.caption(demo_note)
 page.run()

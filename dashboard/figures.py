@@ -130,23 +130,27 @@ def _add_metric_traces(fig: go.Figure, frame: pd.DataFrame, row: int, *, name: s
 
 
 def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, prefix: str = "",
-                  colour: str = "#d62728") -> None:
-    """Vertical onset lines across all panels: the verdict's solid, other findings dashed."""
+                  colour: str = "#d62728", label_row: int = 0) -> None:
+    """Vertical onset lines across all panels (the verdict's solid, other findings dashed), labelled
+    once at the top of the figure, labels stacked so close onsets stay readable."""
     if not findings:
         return
     verdict_onset = findings.get("onset_step")
-    seen = set()
+    seen: dict[tuple, int] = {}
     for finding in findings.get("findings", []):
         onset = finding.get("onset_step")
-        if onset is None or (finding["category"], onset) in seen:
+        key = (finding["category"], onset)
+        if onset is None or key in seen:
             continue
-        seen.add((finding["category"], onset))
+        seen[key] = len(seen)
         is_root = finding["category"] == findings.get("verdict") and onset == verdict_onset
-        fig.add_vline(
-            x=x_of_step(onset), line_width=2 if is_root else 1, line_dash="solid" if is_root else "dash",
-            line_color=colour if is_root else "#7f7f7f", opacity=0.9,
-            annotation_text=f"{prefix}{finding['category']} @ {onset}", annotation_position="top left",
-            annotation_font_size=10, annotation_font_color=colour if is_root else "#555",
+        x = x_of_step(onset)
+        fig.add_vline(x=x, line_width=2 if is_root else 1, line_dash="solid" if is_root else "dash",
+                      line_color=colour if is_root else "#7f7f7f", opacity=0.9)
+        fig.add_annotation(
+            x=x, y=1.0, xref="x", yref="paper", yanchor="top", xanchor="left", showarrow=False,
+            yshift=-14 * (seen[key] + label_row), text=f"{prefix}{finding['category']} @ {onset}",
+            font={"size": 10, "color": colour if is_root else "#555"}, bgcolor="rgba(255,255,255,0.75)",
         )
 
 
@@ -240,12 +244,13 @@ def compare_figure(full: pd.DataFrame, proxy: pd.DataFrame, metrics: list[str], 
                                show_legend=row == 1, legend_group=label)
         if log_axis:
             fig.update_yaxes(type="log", row=row, col=1)
-    for findings, last, label, colour in ((full_findings, full_last_step, names[0], RUN_COLOURS["full"]),
-                                          (proxy_findings, proxy_last_step, names[1], RUN_COLOURS["proxy"])):
+    for row, (findings, last, label, colour) in enumerate(
+            ((full_findings, full_last_step, names[0], RUN_COLOURS["full"]),
+             (proxy_findings, proxy_last_step, names[1], RUN_COLOURS["proxy"]))):
         if align == "fraction" and last:
-            _add_findings(fig, _root_only(findings), lambda s, last=last: s / float(last), f"{label}: ", colour)
+            _add_findings(fig, _root_only(findings), lambda s, last=last: s / float(last), f"{label}: ", colour, row)
         else:
-            _add_findings(fig, _root_only(findings), prefix=f"{label}: ", colour=colour)
+            _add_findings(fig, _root_only(findings), prefix=f"{label}: ", colour=colour, label_row=row)
     fig.update_xaxes(title_text="step" if align == "step" else "fraction of run", row=len(metrics), col=1)
     _layout(fig, None, rows=len(metrics))
     return fig

@@ -32,6 +32,7 @@ class DemoRun:
 class DemoResult:
     loaded: list[str] = field(default_factory=list)
     skipped_reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def demo_runs(demo_dir: str | Path = DEMO_DIR) -> list[DemoRun]:
@@ -59,7 +60,8 @@ def demo_runs(demo_dir: str | Path = DEMO_DIR) -> list[DemoRun]:
 
 
 def load_demo(store, demo_dir: str | Path = DEMO_DIR) -> DemoResult:
-    """Ingest and diagnose the demo runs into ``store`` if it has no runs yet."""
+    """Ingest and diagnose the demo runs into ``store`` if it has no runs yet (a run whose diagnosis
+    fails is still loaded, with a warning in the result)."""
     from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
     from moeproxy.ingest import ingest_paths
 
@@ -70,6 +72,9 @@ def load_demo(store, demo_dir: str | Path = DEMO_DIR) -> DemoResult:
     result = DemoResult()
     for run in demo_runs(demo_dir):
         ingest_paths(store, [run.path], run=run.name, role=run.role, proxy_of=run.proxy_of)
-        store.save_findings(run.name, diagnose_frame(store.run_frame(run.name)), DETECTOR_VERSION)
         result.loaded.append(run.name)
+        try:
+            store.save_findings(run.name, diagnose_frame(store.run_frame(run.name)), DETECTOR_VERSION)
+        except Exception as exc:  # a detector bug must not keep the demo runs out of the dashboard
+            result.warnings.append(f"{run.name}: not diagnosed ({type(exc).__name__}: {exc})")
     return result

@@ -70,8 +70,9 @@ if isinstance(card, str):
 else:
     from dashboard.fidelity_view import card_metrics
 
+    headline = card_metrics(card)
     cols = st.columns(4)
-    for col, (label, value) in zip(cols * 4, card_metrics(card)):
-        col.metric(label, value)
+    for i, (label, value) in enumerate(headline):
+        cols[i % 4].metric(label, value)
     with st.expander("Fidelity card (JSON, as `moeproxy compare` prints it)"):
         st.json(card)

@@ -117,8 +117,8 @@ if checkpoint is not None:
         c1, c2, c3 = st.columns(3)
         c1.metric("Accelerators", f"{planned['full']['accelerators']} -> {planned['proxy']['accelerators']}",
                   f"-{planned['accelerator_reduction']:.0%}", delta_color="inverse")
-        c2.metric("Training memory (GiB)", f"{planned['proxy']['train_state_bytes'] / 2**30:,.3g}",
-                  f"full {planned['full']['train_state_bytes'] / 2**30:,.3g}", delta_color="off")
+        c2.metric("Training memory, full -> proxy (GiB)",
+                  f"{planned['full']['train_state_bytes'] / 2**30:,.3g} -> {planned['proxy']['train_state_bytes'] / 2**30:,.3g}")
         c3.metric("Step cost ratio (full/proxy)", f"{planned['step_cost_ratio']:.2f}")
         st.dataframe(plan_table(planned), hide_index=True, key="plan_table")
         for note in planned.get("notes", []):

@@ -21,9 +21,13 @@ def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of:
 
     store = queries.store()
     summaries = ingest_paths(store, paths, run=run or None, role=role, proxy_of=proxy_of or None)
+    lines = [s.line() for s in summaries]
     for name in sorted({s.run for s in summaries if not s.duplicate}):
-        store.save_findings(name, diagnose_frame(store.run_frame(name)), DETECTOR_VERSION)
-    return [s.line() for s in summaries]
+        try:
+            store.save_findings(name, diagnose_frame(store.run_frame(name)), DETECTOR_VERSION)
+        except Exception as exc:  # the data is in; the diagnosis can be retried from Triage
+            lines.append(f"{name}: not diagnosed ({type(exc).__name__}: {exc})")
+    return lines
 
 
 st.title("Runs")
@@ -81,7 +85,9 @@ with upload_tab:
 if names:
     st.subheader("Link a proxy run to its full run")
     c1, c2, c3 = st.columns([2, 2, 1])
-    proxy_run = c1.selectbox("Proxy run", names, key="link_proxy")
+    proxy_like = [n for n in names if n in set(table.loc[table["role"] == "proxy", "run"])] + \
+        [n for n in names if n not in set(table.loc[table["role"] == "proxy", "run"])]
+    proxy_run = c1.selectbox("Proxy run", proxy_like, key="link_proxy")
     full_run = c2.selectbox("Full run", [n for n in names if n != proxy_run] or [""], key="link_full")
     if c3.button("Link", key="link_button", disabled=not full_run):
         try:

@@ -79,8 +79,11 @@ if findings is None or stale:
         from moeproxy.diagnose import diagnose_frame
 
         store = queries.store()
-        store.save_findings(run, diagnose_frame(store.run_frame(run)), DETECTOR_VERSION)
-        st.rerun()
+        try:
+            store.save_findings(run, diagnose_frame(store.run_frame(run)), DETECTOR_VERSION)
+            st.rerun()
+        except Exception as exc:  # show the detector's failure instead of a blank page
+            st.error(f"diagnosis failed: {type(exc).__name__}: {exc}")
 
 st.subheader("Routing entropy per layer")
 heat = queries.heatmap(db, version, run, lo, hi)

@@ -1,0 +1,164 @@
+"""Browser end-to-end: `moeproxy dashboard` in a real Chromium (Debian's /usr/bin/chromium) via Playwright.
+
+One server per module on a free port over a fresh store; the app loads the demo runs (the bundled
+data/demo/ when present, else synthetic demo logs), and the test walks every page: the demo run's
+charts and finding render, Compare overlays the proxy, a proxy build of the tiny checkpoint runs
+to the end as a background job, the report can be downloaded. Screenshots of each page go to
+artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from moeproxy.demo import DEMO_DIR
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "artifacts" / "screenshots"
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+if CHROMIUM is None:
+    pytest.skip("chromium not found; install the Debian package chromium (make chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    env = dict(os.environ)
+    if not (DEMO_DIR.is_dir() and any(DEMO_DIR.iterdir())):
+        from synthetic_runs import write_demo_dir
+
+        env["MOEPROXY_DEMO_DIR"] = str(write_demo_dir(tmp / "demo"))
+    env["MOEPROXY_JOBS"] = str(tmp / "jobs")
+    env["MOEPROXY_ALLOWED_ROOTS"] = f"{tmp}{os.pathsep}{REPO / 'data'}"
+    port = _free_port()
+    log_path = tmp / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "moeproxy", "dashboard", "--db", str(tmp / "runs.duckdb"),
+                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"dashboard did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        context = browser.new_context(viewport={"width": 1400, "height": 1900})
+        page = context.new_page()
+        page.set_default_timeout(120_000)
+        yield page
+        browser.close()
+
+
+def wait_for_app(page, timeout_ms: int = 120_000) -> None:
+    """Streamlit's own readiness signal: connected, script not running, no skeletons left."""
+    page.wait_for_timeout(300)
+    page.locator("[data-testid='stApp'][data-test-connection-state='CONNECTED']").wait_for(
+        state="attached", timeout=timeout_ms)
+    page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
+        state="attached", timeout=timeout_ms)
+    sync_api.expect(page.get_by_test_id("stSkeleton")).to_have_count(0, timeout=timeout_ms)
+
+
+def shoot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def open_page(page, server, path: str) -> None:
+    page.goto(f"{server}/{path}")
+    wait_for_app(page)
+    assert page.get_by_test_id("stException").count() == 0, page.get_by_test_id("stException").first.inner_text()
+
+
+def test_runs_triage_compare(page, server):
+    open_page(page, server, "")  # Runs is the default page, served at /
+    sync_api.expect(page.get_by_test_id("stDataFrame")).to_be_visible()  # the runs table (a canvas grid)
+    sync_api.expect(page.get_by_test_id("stMain").get_by_text("routing_collapse").or_(
+        page.get_by_test_id("stMain").get_by_text("overflow")).first).to_be_visible()  # a verdict badge
+    shoot(page, "01-runs")
+
+    open_page(page, server, "triage")
+    chart = page.locator(".st-key-triage_chart .js-plotly-plot")
+    sync_api.expect(chart).to_be_visible()
+    assert chart.locator(".scatterlayer .trace").count() >= 3  # grad_norm, loss, routing_entropy (+ markers)
+    main = page.get_by_test_id("stMain")
+    sync_api.expect(main.get_by_text("Verdict")).to_be_visible()
+    sync_api.expect(page.locator(".st-key-triage_heatmap .js-plotly-plot")).to_be_visible()
+    shoot(page, "02-triage")
+
+    # box-select a step range on the top panel: the page re-queries that range
+    box = page.locator(".st-key-triage_chart .nsewdrag").first.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.55, box["y"] + box["height"] * 0.5)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.85, box["y"] + box["height"] * 0.5, steps=8)
+    page.mouse.up()
+    wait_for_app(page)
+    sync_api.expect(page.locator(".st-key-triage_reset_zoom button")).to_be_enabled()
+    shoot(page, "03-triage-zoomed")
+
+    open_page(page, server, "compare")
+    chart = page.locator(".st-key-compare_chart .js-plotly-plot")
+    sync_api.expect(chart).to_be_visible()
+    page.locator(".st-key-compare_align").get_by_text("fraction of run").click()
+    wait_for_app(page)
+    sync_api.expect(page.locator(".st-key-compare_chart").get_by_text("fraction of run")).to_be_visible()
+    shoot(page, "04-compare")
+
+
+def test_proxy_build_and_report(page, server):
+    open_page(page, server, "proxy")
+    button = page.locator(".st-key-start_build button")
+    sync_api.expect(button).to_be_visible()
+    shoot(page, "05-proxy-plan")
+    button.click()
+    wait_for_app(page)
+    # the fragment polls every 2 s; the tiny checkpoint builds (and verifies) in well under 3 minutes
+    page.get_by_test_id("stMain").get_by_text("`succeeded`", exact=False).or_(
+        page.get_by_test_id("stMain").get_by_text("succeeded")).first.wait_for(timeout=240_000)
+    wait_for_app(page)
+    sync_api.expect(page.get_by_test_id("stMain").get_by_text("Proxy written to")).to_be_visible()
+    shoot(page, "06-proxy-built")
+
+    # reload: the finished job is still there (state in files, not in the browser session)
+    page.reload()
+    wait_for_app(page)
+    sync_api.expect(page.get_by_test_id("stMain").get_by_text("succeeded").first).to_be_visible()
+
+    open_page(page, server, "report")
+    sync_api.expect(page.locator(".st-key-report_download button")).to_be_visible()
+    shoot(page, "07-report")
