@@ -88,11 +88,13 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     from moeproxy.devices import resolve_device
     from moeproxy.proxy.cluster import choose_kept_experts
     from moeproxy.proxy.features import FEATURE_METHODS, FeatureContext
+    from moeproxy.proxy.heap import bound_heap_growth
     from moeproxy.proxy.layout import find_layout
     from moeproxy.proxy.plan import plan_proxy
     from moeproxy.proxy.verify import instantiate_on_meta, verify_proxy
 
     spec = BuildSpec.model_validate(spec.model_dump() | {"progress": spec.progress})
+    bound_heap_growth()  # streamed buffers go back to the OS when freed (moeproxy.proxy.heap)
     report_progress = progress or spec.progress or (lambda *a: None)
     started = time.time()
     src, out = Path(spec.src), Path(spec.out)

@@ -24,6 +24,7 @@ import numpy as np
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
 from moeproxy.proxy.checkpoint import Checkpoint, read_tensor
+from moeproxy.proxy.heap import bound_heap_growth, trim_heap
 from moeproxy.proxy.layout import MoeLayer, MoeLayout
 
 PROBE_TOKENS = 32
@@ -121,6 +122,7 @@ def _activation(name: str):
 def weight_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFeatures]]:
     import torch
 
+    bound_heap_growth()  # per-expert float copies must not stay resident once freed
     act = _activation(ctx.ckpt.config.get("hidden_act", "silu"))
     a = ctx.adapter
     for layer in ctx.layout.layers:
@@ -161,6 +163,7 @@ def weight_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFeatur
                 parts.append(_normalise(torch.stack(responses)))
                 kind = "router rows + probe responses"
             feats = torch.cat(parts, dim=1).numpy()
+        trim_heap()
         yield layer, LayerFeatures(feats, kind=kind)
 
 

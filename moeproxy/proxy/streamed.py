@@ -1,13 +1,16 @@
-"""Run a checkpoint through its transformers model one decoder layer at a time.
+"""Run a checkpoint through its transformers model one module at a time.
 
-The model is built on the meta device; the embeddings, final norm and LM head are materialised,
-and each decoder layer is loaded from the safetensors shards just before its forward and freed
-right after (``layer.to("meta")``), so memory holds one layer's weights plus activations. On-disk
+The model is built on the meta device. Every module that holds weights outside the decoder layers
+(embeddings, final norm, LM head) and each decoder layer is loaded from the safetensors shards just
+before its forward and freed right after (``module.to("meta")``, then ``heap.trim_heap()``), so memory
+holds one decoder layer's weights (or the embedding matrix) plus activations, never the whole outer
+model beside a layer. Rotary embeddings (non-persistent buffers) are rebuilt on the device. On-disk
 keys are converted to transformers' in-memory layout here (per-expert tensors stacked into fused
 ``gate_up_proj``/``down_proj``; Mixtral's ``block_sparse_moe`` renamed to ``mlp``). Loading uses
-``load_state_dict(strict=True)``, so a missing, extra or wrongly shaped tensor is an error.
-``on_layer_loaded(index, layer)`` lets callers mask experts or attach statistics hooks.
-Used by the ``activations`` feature method and by post-build verification.
+``load_state_dict(strict=True)``, so a missing, extra or wrongly shaped tensor is an error; the outer
+tensors are checked when the model is opened. ``on_layer_loaded(index, layer)`` lets callers mask
+experts or attach statistics hooks. ``close()`` (or leaving a ``with`` block) removes the hooks and
+drops the model. Used by the ``activations`` feature method and by post-build verification.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Callable
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
 from moeproxy.proxy.checkpoint import Checkpoint, read_tensor
+from moeproxy.proxy.heap import bound_heap_growth, trim_heap
 
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -36,6 +40,7 @@ class StreamedModel:
         if quant:
             raise InputError(f"{ckpt.path}: running a {quant}-quantised checkpoint layer by layer is not "
                              "supported (calibration and forward verification need unquantised weights)")
+        bound_heap_growth()
         self.ckpt, self.adapter, self.device = ckpt, adapter, torch.device(device)
         if dtype is None:
             name = str(ckpt.config.get("torch_dtype") or ckpt.config.get("dtype") or "float32")
@@ -48,40 +53,77 @@ class StreamedModel:
         self.model.eval()
         self.on_layer_loaded = on_layer_loaded
         self.layers = self.model.model.layers
-        self._materialise_outer()
+        self._hooks = []
+        self._prepare_outer()
         for i, layer in enumerate(self.layers):
-            layer.register_forward_pre_hook(self._make_loader(i))
-            layer.register_forward_hook(self._make_unloader(i))
+            self._hooks.append(layer.register_forward_pre_hook(self._make_loader(i)))
+            self._hooks.append(layer.register_forward_hook(self._unload))
+
+    def close(self) -> None:
+        """Remove the loading hooks and drop the model (its hooks would otherwise keep it alive)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        self.model = self.layers = self.on_layer_loaded = None
+        trim_heap()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     # --- tensors --------------------------------------------------------------------------------
     def _read(self, keys: list[str]) -> dict:
         return {k: read_tensor(self.ckpt.tensors[k]) for k in keys}
 
-    def _materialise_outer(self):
-        import torch
+    def _outer_modules(self) -> dict[str, object]:
+        """Weight-holding modules outside the decoder layers, by on-disk key prefix."""
+        outer = {f"model.{name}.": child for name, child in self.model.model.named_children()
+                 if name != "layers" and "rotary" not in name}
+        outer["lm_head."] = self.model.lm_head
+        return {prefix: module for prefix, module in outer.items() if module.state_dict()}
 
+    def _outer_sources(self, prefix: str, module) -> dict[str, str]:
+        """Parameter name -> checkpoint key for one outer module (a tied LM head reads the embeddings)."""
+        sources = {}
+        for name in module.state_dict():
+            key = prefix + name
+            if key == "lm_head.weight" and key not in self.ckpt.tensors:
+                if not getattr(self.config, "tie_word_embeddings", False):
+                    raise InputError(f"{self.ckpt.path}: lm_head.weight missing and embeddings are not tied")
+                key = "model.embed_tokens.weight"
+            sources[name] = key
+        return sources
+
+    def _prepare_outer(self):
         base = self.model.model
         for name, child in base.named_children():
-            if name == "layers":
-                continue
             if "rotary" in name:  # non-persistent buffers: rebuild on the real device
                 setattr(base, name, type(child)(config=self.config).to(self.device))
-            else:
-                child.to_empty(device=self.device)
-        self.model.lm_head.to_empty(device=self.device)
-        wanted = {k: v for k, v in self.model.state_dict().items() if ".layers." not in k and "rotary" not in k}
-        disk = self._read([k for k in wanted if k in self.ckpt.tensors])
-        if "lm_head.weight" in wanted and "lm_head.weight" not in disk:
-            if not getattr(self.config, "tie_word_embeddings", False):
-                raise InputError(f"{self.ckpt.path}: lm_head.weight missing and embeddings are not tied")
-        missing = [k for k in wanted if k not in disk and k != "lm_head.weight"]
-        if missing:
-            raise InputError(f"{self.ckpt.path}: tensors missing for {missing[:3]}")
-        with torch.no_grad():
-            for k, v in disk.items():
-                self.model.get_parameter(k).copy_(v)
-            if "lm_head.weight" not in disk:
-                self.model.lm_head.weight = self.model.model.embed_tokens.weight
+        for prefix, module in self._outer_modules().items():
+            sources = self._outer_sources(prefix, module)
+            missing = [k for k in sources.values() if k not in self.ckpt.tensors]
+            if missing:
+                raise InputError(f"{self.ckpt.path}: tensors missing for {missing[:3]}")
+            for name, key in sources.items():
+                want, ref = tuple(module.state_dict()[name].shape), self.ckpt.tensors[key]
+                if tuple(ref.shape) != want:
+                    raise InputError(f"{self.ckpt.path}: {key} has shape {list(ref.shape)}, the model "
+                                     f"expects {list(want)}")
+            self._hooks.append(module.register_forward_pre_hook(self._make_outer_loader(sources)))
+            self._hooks.append(module.register_forward_hook(self._unload))
+
+    def _make_outer_loader(self, sources: dict[str, str]):
+        def hook(module, args):
+            sd = {name: self._to_device(read_tensor(self.ckpt.tensors[key])) for name, key in sources.items()}
+            module.load_state_dict(sd, strict=True, assign=True)
+        return hook
+
+    def _to_device(self, tensor):
+        if tensor.is_floating_point():
+            return tensor.to(device=self.device, dtype=self.dtype)
+        return tensor.to(self.device)
 
     def layer_state_dict(self, index: int) -> dict:
         """The decoder layer's tensors under transformers' in-memory names (experts fused).
@@ -120,8 +162,7 @@ class StreamedModel:
                 down[pos] = read_tensor(self.ckpt.tensors[names[a.down_name]])
             sd[f"{local}.experts.gate_up_proj"] = gate_up
             sd[f"{local}.experts.down_proj"] = down
-        return {k: v.to(device=self.device, dtype=self.dtype) if v.is_floating_point() else v.to(self.device)
-                for k, v in sd.items()}
+        return {k: self._to_device(v) for k, v in sd.items()}
 
     def _make_loader(self, index: int):
         def hook(layer, args):
@@ -139,10 +180,10 @@ class StreamedModel:
                 self.on_layer_loaded(index, layer)
         return hook
 
-    def _make_unloader(self, index: int):
-        def hook(layer, args, output):
-            layer.to("meta")
-        return hook
+    @staticmethod
+    def _unload(module, args, output):
+        module.to("meta")
+        trim_heap()
 
     def logits(self, input_ids, attention_mask=None):
         import torch

@@ -1,16 +1,21 @@
 """Check a freshly written proxy: it instantiates, loads, and equals the masked full model.
 
 Steps, each recorded in the report: (1) transformers builds the proxy's config and model on the
-meta device; (2) every decoder layer of the proxy loads strictly into its transformers module
-(streamed, one layer at a time); (3) a few-token forward of the proxy is compared with the full
-model whose removed experts are masked (moeproxy.proxy.masking), both streamed layer by layer, so
-memory stays at about one layer. Quantised checkpoints (FP8, MXFP4) skip step 3 on CPU and say so.
+meta device; (2) every decoder layer of the proxy loads strictly into its transformers module;
+(3) the proxy is compared with the full model whose removed experts are masked
+(moeproxy.proxy.masking): layer by layer on identical inputs (the reference's recorded hidden
+states, so bf16 rounding cannot pile up across layers and a tight per-layer tolerance applies) and
+end to end on the logits of a seeded few-token batch. The two models run one after the other, each
+streamed one module at a time (moeproxy.proxy.streamed), so at most one decoder layer of the full
+model is resident. Quantised checkpoints (FP8, MXFP4) skip step 3 on CPU and say so.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
+from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
 from moeproxy.proxy.checkpoint import Checkpoint
 from moeproxy.proxy.masking import mask_experts, moe_block, router_module
@@ -31,9 +36,78 @@ def instantiate_on_meta(config: dict) -> None:
         AutoModelForCausalLM.from_config(hf)
 
 
+def _detached(value):
+    """A copy of a layer call's arguments or output that later in-place ops cannot change."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def _hidden(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+@dataclass
+class LayerCall:
+    """One decoder layer's call in the reference forward: its inputs and its output."""
+
+    args: tuple
+    kwargs: dict
+    output: object
+
+    @property
+    def hidden_in(self):
+        return self.args[0] if self.args else self.kwargs["hidden_states"]
+
+
+def _record_layer_calls(model: StreamedModel) -> dict[int, LayerCall]:
+    calls: dict[int, LayerCall] = {}
+
+    def recorder(index):
+        def hook(layer, args, kwargs, output):
+            calls[index] = LayerCall(_detached(args), _detached(kwargs), _hidden(output).detach().clone())
+        return hook
+
+    for i, layer in enumerate(model.layers):
+        model._hooks.append(layer.register_forward_hook(recorder(i), with_kwargs=True))
+    return calls
+
+
+def layer_tolerance(dtype, reference_out, reference_in) -> float:
+    """Allowed max |proxy - reference| for one decoder layer run on the same inputs.
+
+    The layer's output is its input plus its update; kept experts are computed by the same kernels
+    on the same rows in the same order, so the two may differ only by the rounding of the masked
+    versus the pruned router softmax, which can move a routing weight (and so the update) by an ulp
+    of ``dtype`` and the rounded residual sum by an ulp of the output: ``eps * (4 max|update| +
+    2 max|output|)``. Float32: about 1e-6 relative; bfloat16: about 3% of the update.
+    """
+    import torch
+
+    eps = torch.finfo(dtype).eps
+    update = (reference_out.float() - reference_in.float()).abs().max().item()
+    return eps * (4 * update + 2 * reference_out.float().abs().max().item()) + torch.finfo(torch.float32).tiny
+
+
 def verify_proxy(src: Checkpoint, out: Checkpoint, adapter: FamilyAdapter, kept: dict[int, list[int]],
                  top_k: int | None = None, device="cpu", seed: int = 0, tokens: int = VERIFY_TOKENS) -> dict:
-    """``kept`` maps decoder layer index -> original expert ids kept. Returns the report's verify dict."""
+    """``kept`` maps decoder layer index -> original expert ids kept. Returns the report's verify dict.
+
+    Two streamed passes, one model at a time, one decoder layer resident at a time:
+    1. the full model with the removed experts masked (the reference) runs a seeded few-token batch;
+       every decoder layer's inputs and output are recorded (a few kilobytes per layer);
+    2. the proxy runs the same batch; right after each of its layers is loaded, that layer is also
+       run on the reference's recorded inputs and must reproduce the reference's output within
+       ``layer_tolerance``. Finally both models' logits are compared end to end.
+    Passing needs both: every layer matches and the logits differ by at most
+    ``(1e-4 if float32 else 2e-2) * max(1, max|logit|)``.
+    """
     import torch
 
     started = time.time()
@@ -60,24 +134,41 @@ def verify_proxy(src: Checkpoint, out: Checkpoint, adapter: FamilyAdapter, kept:
             if top_k is not None:  # --top-k scale: the reference routes to k' experts too
                 router_module(moe_block(layer)).top_k = top_k
 
+    layers: list[dict] = []
+
+    def check_layer(index, layer):
+        call = reference.get(index)
+        if call is None:
+            raise InputError(f"{out.path}: decoder layer {index} has no counterpart in the full model's forward")
+        got = _hidden(layer.forward(*call.args, **call.kwargs))
+        diff = (got.float() - call.output.float()).abs().max().item()
+        tol = layer_tolerance(call.output.dtype, call.output, call.hidden_in)
+        layers.append({"layer": index, "max_abs_diff": diff, "tolerance": tol, "passed": bool(diff <= tol)})
+
     vocab = int(src.config.get("vocab_size", 2))
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, vocab, (2, tokens), generator=gen)
     try:
-        proxy = StreamedModel(out, adapter, device=device)
-        proxy_logits = proxy.logits(input_ids).float().cpu()
-        exact = proxy.dtype == torch.float32
+        with StreamedModel(src, adapter, device=device, dtype=None, on_layer_loaded=mask) as full:
+            reference = _record_layer_calls(full)
+            full_logits = full.logits(input_ids).float().cpu()
+        with StreamedModel(out, adapter, device=device, on_layer_loaded=check_layer) as proxy:
+            exact = proxy.dtype == torch.float32
+            decoder_layers = len(proxy.layers)
+            proxy_logits = proxy.logits(input_ids).float().cpu()
         result["loads"] = True
-        del proxy
-        full = StreamedModel(src, adapter, device=device, dtype=None, on_layer_loaded=mask)
-        full_logits = full.logits(input_ids).float().cpu()
-        del full
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         return result
+    finally:
+        reference = None
     diff = (proxy_logits - full_logits).abs().max().item()
     scale = full_logits.abs().max().item()
     tol = (1e-4 if exact else 2e-2) * max(1.0, scale)
+    failed = [entry["layer"] for entry in layers if not entry["passed"]]
     result.update(forward_checked=True, max_abs_logit_diff=diff, tolerance=tol, tokens=int(input_ids.numel()),
-                  passed=bool(diff <= tol), seconds=round(time.time() - started, 3))
+                  layers=layers, layers_failed=failed,
+                  max_layer_diff_over_tolerance=max((e["max_abs_diff"] / e["tolerance"] for e in layers), default=0.0),
+                  passed=bool(diff <= tol and not failed and len(layers) == decoder_layers),
+                  seconds=round(time.time() - started, 3))
     return result
