@@ -213,6 +213,11 @@ def _layer_number(metric: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+def last_step(series: pd.DataFrame) -> int | None:
+    """The last step of a downsampled series (M4 always keeps each bucket's last point)."""
+    return int(series["step"].max()) if not series.empty else None
+
+
 def align_steps(frame: pd.DataFrame, last_step: int | None, align: str) -> pd.DataFrame:
     """Add an ``x`` column: the step itself, or the fraction of the run (step / last step)."""
     if align not in ("step", "fraction"):

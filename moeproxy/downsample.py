@@ -66,15 +66,45 @@ SELECT metric, step, value, attempt, latest, kind FROM nonfinite_points
 ORDER BY metric, latest DESC, attempt, step
 """
 
-_RANGE_SQL = """
-SELECT min(step), max(step) FROM scalars WHERE run_id = $run AND list_contains($metrics, metric)
+# The common case: one attempt, global values only. No window, no join: each bucket's four points
+# come straight out of arg_min/arg_max.
+_M4_FAST_SQL = """
+WITH bucketed AS (
+    SELECT metric, step, value,
+           CASE WHEN isnan(value) THEN 'nan' WHEN value = 'inf'::DOUBLE THEN 'inf'
+                WHEN value = '-inf'::DOUBLE THEN '-inf' ELSE 'finite' END AS kind,
+           least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket
+    FROM scalars WHERE run_id = $run AND list_contains($metrics, metric) AND step BETWEEN $lo AND $hi),
+finite_points AS (
+    SELECT DISTINCT metric, p.step AS step, p.value AS value FROM (
+        SELECT metric, unnest([
+            {'step': min(step), 'value': arg_min(value, step)},
+            {'step': max(step), 'value': arg_max(value, step)},
+            {'step': arg_min(step, value), 'value': min(value)},
+            {'step': arg_max(step, value), 'value': max(value)}]) AS p
+        FROM bucketed WHERE kind = 'finite' GROUP BY metric, bucket)),
+nonfinite_points AS (
+    SELECT metric, step, value, kind FROM bucketed WHERE kind <> 'finite'
+    QUALIFY count(*) OVER (PARTITION BY metric) <= $max_nonfinite
+         OR row_number() OVER (PARTITION BY metric, bucket, kind ORDER BY step) = 1
+         OR row_number() OVER (PARTITION BY metric, bucket, kind ORDER BY step DESC) = 1)
+SELECT metric, step, value, 0 AS attempt, true AS latest, 'finite' AS kind FROM finite_points
+UNION ALL
+SELECT metric, step, value, 0 AS attempt, true AS latest, kind FROM nonfinite_points
+ORDER BY metric, step
+"""
+
+# Step range and shape of the stored rows: decides between the fast and the general statement.
+_PROFILE_SQL = f"""
+SELECT min(step), max(step), count(DISTINCT attempt), count(*) FILTER (WHERE rank <> {GLOBAL_RANK})
+FROM scalars WHERE run_id = $run AND list_contains($metrics, metric)
 """
 
 _HEATMAP_SQL = """
 WITH raw AS (
     SELECT metric, step, value FROM scalars
     WHERE run_id = $run AND starts_with(metric, $prefix) AND step BETWEEN $lo AND $hi
-    QUALIFY row_number() OVER (PARTITION BY metric, rank, step ORDER BY attempt DESC) = 1)
+    {latest_only})
 SELECT metric,
        least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket,
        min(step) AS step,
@@ -95,7 +125,7 @@ def step_range(store: Store, run: str, metrics: list[str]) -> tuple[int, int] | 
     """(first, last) step over the given metrics of a run; None when none of them has data."""
     with store.read() as con:
         run_id = _run_id(con, store, run)
-        lo, hi = con.execute(_RANGE_SQL, {"run": run_id, "metrics": list(metrics)}).fetchall()[0]
+        lo, hi, _, _ = con.execute(_PROFILE_SQL, {"run": run_id, "metrics": list(metrics)}).fetchall()[0]
     return None if lo is None else (int(lo), int(hi))
 
 
@@ -114,15 +144,15 @@ def m4_series(store: Store, run: str, metrics: list[str], lo: int | None = None,
         return pd.DataFrame({c: [] for c in COLUMNS})
     with store.read() as con:
         run_id = _run_id(con, store, run)
-        if lo is None or hi is None:
-            first, last = con.execute(_RANGE_SQL, {"run": run_id, "metrics": metrics}).fetchall()[0]
-            if first is None:
-                return pd.DataFrame({c: [] for c in COLUMNS})
-            lo = int(first) if lo is None else lo
-            hi = int(last) if hi is None else hi
+        first, last, attempts, per_rank = con.execute(_PROFILE_SQL, {"run": run_id, "metrics": metrics}).fetchall()[0]
+        if first is None:
+            return pd.DataFrame({c: [] for c in COLUMNS})
+        lo = int(first) if lo is None else lo
+        hi = int(last) if hi is None else hi
         if hi < lo:
             lo, hi = hi, lo
-        frame = con.execute(_M4_SQL, {"run": run_id, "metrics": metrics, "lo": int(lo), "hi": int(hi),
+        sql = _M4_FAST_SQL if attempts <= 1 and per_rank == 0 else _M4_SQL
+        frame = con.execute(sql, {"run": run_id, "metrics": metrics, "lo": int(lo), "hi": int(hi),
                                       "buckets": int(buckets), "max_nonfinite": int(max_nonfinite)}).df()
     return frame.astype({"metric": str, "step": "int64", "value": "float64", "attempt": "int64",
                          "latest": bool, "kind": str})
@@ -137,13 +167,14 @@ def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_"
     """
     with store.read() as con:
         run_id = _run_id(con, store, run)
-        if lo is None or hi is None:
-            first, last = con.execute(
-                "SELECT min(step), max(step) FROM scalars WHERE run_id = $run AND starts_with(metric, $prefix)",
-                {"run": run_id, "prefix": prefix}).fetchall()[0]
-            if first is None:
-                return pd.DataFrame({c: [] for c in ["metric", "bucket", "step", "value", "nonfinite"]})
-            lo = int(first) if lo is None else lo
-            hi = int(last) if hi is None else hi
-        return con.execute(_HEATMAP_SQL, {"run": run_id, "prefix": prefix, "lo": int(lo), "hi": int(hi),
+        first, last, attempts = con.execute(
+            "SELECT min(step), max(step), count(DISTINCT attempt) FROM scalars "
+            "WHERE run_id = $run AND starts_with(metric, $prefix)", {"run": run_id, "prefix": prefix}).fetchall()[0]
+        if first is None:
+            return pd.DataFrame({c: [] for c in ["metric", "bucket", "step", "value", "nonfinite"]})
+        lo = int(first) if lo is None else lo
+        hi = int(last) if hi is None else hi
+        latest_only = "" if attempts <= 1 else \
+            "QUALIFY row_number() OVER (PARTITION BY metric, rank, step ORDER BY attempt DESC) = 1"
+        return con.execute(_HEATMAP_SQL.format(latest_only=latest_only), {"run": run_id, "prefix": prefix, "lo": int(lo), "hi": int(hi),
                                           "buckets": int(buckets)}).df()

@@ -81,8 +81,8 @@ def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
 def render_report(store, run: str, proxy: str | None = None, proxy_report: dict | None = None,
                   buckets: int = 1500) -> str:
     """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
-    from dashboard.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, triage_figure
-    from moeproxy.downsample import layer_heatmap, m4_series, step_range
+    from dashboard.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
+    from moeproxy.downsample import layer_heatmap, m4_series
 
     info = store.run_info(run)  # NotFound names the known runs
     stored = set(store.metrics(run)["metric"])
@@ -106,10 +106,9 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
         proxy_stored = set(store.metrics(proxy)["metric"])
         shared = [m for m in panels if m in proxy_stored] or panels
         proxy_series = m4_series(store, proxy, shared, buckets=buckets)
-        full_range, proxy_range = step_range(store, run, shared), step_range(store, proxy, shared)
-        fig = compare_figure(series[series["metric"].isin(shared)], proxy_series, shared, align="step",
-                             full_last_step=full_range[1] if full_range else None,
-                             proxy_last_step=proxy_range[1] if proxy_range else None,
+        full_part = series[series["metric"].isin(shared)]
+        fig = compare_figure(full_part, proxy_series, shared, align="step",
+                             full_last_step=last_step(full_part), proxy_last_step=last_step(proxy_series),
                              full_findings=findings, proxy_findings=proxy_findings, names=(run, proxy))
         parts += [f"<h2>Proxy run: {_e(proxy)}</h2>", _findings_html(proxy_findings),
                   "<h3>Full vs proxy</h3>", _figure_html(fig, first=False)]

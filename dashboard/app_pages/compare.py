@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import queries
-from dashboard.figures import TRIAGE_PANELS, compare_figure, verdict_badge
+from dashboard.figures import TRIAGE_PANELS, compare_figure, last_step, verdict_badge
 from moeproxy.errors import MoeproxyError
 
 st.title("Compare full vs proxy")
@@ -36,13 +36,10 @@ panels = [m for m in TRIAGE_PANELS if m in stored] + extra or stored[:3]
 
 full_series = queries.m4(db, version, full_run, tuple(panels), None, None, 1000)
 proxy_series = queries.m4(db, version, proxy_run, tuple(panels), None, None, 1000)
-full_range = queries.step_range(db, version, full_run, tuple(panels))
-proxy_range = queries.step_range(db, version, proxy_run, tuple(panels))
 full_findings = queries.findings(db, version, full_run)
 proxy_findings = queries.findings(db, version, proxy_run)
 fig = compare_figure(full_series, proxy_series, panels, align=align,
-                     full_last_step=full_range[1] if full_range else None,
-                     proxy_last_step=proxy_range[1] if proxy_range else None,
+                     full_last_step=last_step(full_series), proxy_last_step=last_step(proxy_series),
                      full_findings=full_findings, proxy_findings=proxy_findings,
                      names=(full_run, proxy_run), smoothing=smoothing or None)
 st.plotly_chart(fig, key="compare_chart", width="stretch")

@@ -1,0 +1,106 @@
+"""Figure builders: plain frames in, plotly figures out (no Streamlit, no store)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dashboard.figures import (align_steps, compare_figure, ema_debiased, findings_rows, heatmap_figure,
+                               triage_figure, verdict_badge)
+
+FINDINGS = {"verdict": "overflow", "onset_step": 40, "findings": [
+    {"category": "overflow", "onset_step": 40, "severity": "critical", "metric": "grad_norm",
+     "rule": "nonfinite_value", "evidence": "grad_norm went to inf at step 40"},
+    {"category": "divergence", "onset_step": 30, "severity": "critical", "metric": "loss",
+     "rule": "sustained_rise", "evidence": "loss rose"}]}
+
+
+def downsampled(metric: str, values, latest=True, attempt=0, start=1) -> pd.DataFrame:
+    values = np.asarray(values, dtype=float)
+    kind = np.where(np.isnan(values), "nan", np.where(np.isposinf(values), "inf",
+                                                      np.where(np.isneginf(values), "-inf", "finite")))
+    return pd.DataFrame({"metric": metric, "step": np.arange(start, start + len(values)), "value": values,
+                         "attempt": attempt, "latest": latest, "kind": kind})
+
+
+def traces_named(fig, text):
+    return [t for t in fig.data if text in (t.name or "")]
+
+
+def test_triage_panels_share_axis_log_grad_norm_and_markers():
+    grad = [1.0] * 39 + [math.inf, math.inf, math.nan]
+    frame = pd.concat([downsampled("grad_norm", grad), downsampled("loss", np.linspace(2, 1, 42)),
+                       downsampled("routing_entropy", [-math.inf] + [0.9] * 41)])
+    fig = triage_figure(frame, ["grad_norm", "loss", "routing_entropy"], FINDINGS)
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"
+    assert fig.layout.xaxis.matches == "x3" or fig.layout.xaxis2.matches == "x3"  # shared step axis
+    inf = traces_named(fig, "grad_norm +inf")[0]
+    assert list(inf.x) == [40, 41] and inf.marker.symbol == "triangle-up"
+    assert list(traces_named(fig, "grad_norm NaN")[0].x) == [42]
+    assert list(traces_named(fig, "routing_entropy -inf")[0].x) == [1]
+    line = traces_named(fig, "grad_norm")[0]
+    assert np.isnan(np.asarray(line.y, dtype=float)[39:]).all()  # the line breaks at non-finite steps
+    onsets = sorted(shape.x0 for shape in fig.layout.shapes)
+    assert onsets == [30, 30, 30, 40, 40, 40]  # each onset crosses all three panels
+    labels = [a.text for a in fig.layout.annotations]
+    assert "overflow @ 40" in labels and "divergence @ 30" in labels
+
+
+def test_smoothing_adds_a_line_and_keeps_the_raw_spike():
+    values = [1.0] * 20 + [100.0] + [1.0] * 20
+    fig = triage_figure(downsampled("loss", values), ["loss"], smoothing=0.9)
+    raw, ema = traces_named(fig, "loss")[0], traces_named(fig, "EMA")[0]
+    assert max(raw.y) == 100.0 and max(ema.y) < 100.0
+
+
+def test_overwritten_attempts_are_drawn_dotted():
+    frame = pd.concat([downsampled("loss", [1.0] * 10), downsampled("loss", [5.0] * 5, latest=False, start=6)])
+    fig = triage_figure(frame, ["loss"])
+    old = traces_named(fig, "attempt 0 (overwritten)")[0]
+    assert old.line.dash == "dot" and list(old.x) == [6, 7, 8, 9, 10]
+
+
+def test_ema_is_debiased_and_respects_gaps():
+    steps = np.array([1, 2, 3, 10, 11])
+    assert np.allclose(ema_debiased(steps, np.full(5, 3.0), 0.99), 3.0)  # no start-up bias toward 0
+    out = ema_debiased(np.array([1, 2, 3]), np.array([1.0, math.nan, 1.0]), 0.5)
+    assert np.allclose(out, 1.0)
+    with pytest.raises(ValueError):
+        ema_debiased(steps, np.ones(5), 1.0)
+
+
+def test_compare_by_fraction_and_step():
+    full = downsampled("loss", np.ones(100))
+    proxy = downsampled("loss", np.ones(50))
+    fig = compare_figure(full, proxy, ["loss"], align="fraction", full_last_step=100, proxy_last_step=50,
+                         full_findings=FINDINGS, proxy_findings={**FINDINGS, "onset_step": 20, "findings": [
+                             {**FINDINGS["findings"][0], "onset_step": 20}]})
+    xs = [max(t.x) for t in fig.data if t.x is not None and len(t.x)]
+    assert max(xs) == pytest.approx(1.0)
+    assert sorted(round(s.x0, 3) for s in fig.layout.shapes) == [0.4, 0.4]  # both onsets at 40 % of the run
+    by_step = compare_figure(full, proxy, ["loss"], names=("a", "b"))
+    assert {t.name for t in by_step.data} == {"a", "b"}
+    assert align_steps(full, 100, "step")["x"].max() == 100
+    with pytest.raises(ValueError):
+        align_steps(full, 100, "time")
+
+
+def test_heatmap_orders_layers_numerically():
+    heat = pd.DataFrame({"metric": [f"routing_entropy/layer_{i}" for i in (10, 2, 0)] * 2,
+                         "bucket": [0, 0, 0, 1, 1, 1], "step": [1, 1, 1, 50, 50, 50],
+                         "value": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "nonfinite": 0})
+    fig = heatmap_figure(heat)
+    assert list(fig.data[0].y) == ["layer 0", "layer 2", "layer 10"]
+    assert np.asarray(fig.data[0].z).shape == (3, 2)
+    assert heatmap_figure(heat.iloc[0:0]).layout.annotations[0].text.startswith("no per-layer")
+
+
+def test_findings_rows_and_badges():
+    rows = findings_rows(FINDINGS)
+    assert rows[0]["evidence"] == "grad_norm went to inf at step 40" and len(rows) == 2
+    assert findings_rows(None) == []
+    assert verdict_badge("overflow") == ":red-badge[overflow]"
+    assert "not diagnosed" in verdict_badge(None)
