@@ -367,6 +367,27 @@ class Store:
             tx.con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
             tx.con.execute("UPDATE runs SET proxy_of = NULL WHERE proxy_of = ?", [run])
 
+    def runs_overview(self) -> pd.DataFrame:
+        """``runs()`` without scanning the values (for the dashboard's run list on large stores):
+        sizes come from the per-file ingest summaries (steps: the largest file's step count; rows,
+        non-finite: sums; attempts: the most of any file) and the metric-name table."""
+        with self.read() as con:
+            return con.execute(
+                """
+                WITH s AS (SELECT run_id, max(steps) AS steps, sum(rows) AS rows, sum(nonfinite) AS nonfinite,
+                                  max(attempts) AS attempts FROM sources GROUP BY run_id),
+                m AS (SELECT run_id, count(DISTINCT metric) AS metrics FROM metric_names GROUP BY run_id),
+                f AS (SELECT run_id, arg_max(verdict, created_at) AS verdict,
+                             arg_max(onset_step, created_at) AS onset_step FROM findings GROUP BY run_id)
+                SELECT r.name AS run, r.role, r.proxy_of, r.framework, r.format,
+                       coalesce(s.steps, 0) AS steps, coalesce(m.metrics, 0) AS metrics,
+                       coalesce(s.rows, 0) AS rows, coalesce(s.nonfinite, 0) AS nonfinite,
+                       coalesce(s.attempts, 0) AS attempts, f.verdict, f.onset_step, r.created_at
+                FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN m USING (run_id) LEFT JOIN f USING (run_id)
+                ORDER BY r.created_at, r.run_id
+                """
+            ).df()
+
 
 def _metric_array(metric: pd.Series) -> pa.Array:
     """A metric-name column as an Arrow array: dictionary-encoded when it is categorical."""
