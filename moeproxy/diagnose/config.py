@@ -39,7 +39,8 @@ class DiagnoseConfig:
     truncation_limit: float = 0.1
     vanishing_fraction: float = 1e-3
     vanishing_min_records: int = 5
-    tie_fraction: float = 0.01         # onsets closer than this share of the step range are "together"
+    tie_fraction: float = 0.05         # onsets this close (share of the step range, the onset
+                                       # tolerance) are "together": the causal order decides
 
     def __post_init__(self) -> None:
         for f in fields(self):

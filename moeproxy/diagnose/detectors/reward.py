@@ -28,7 +28,7 @@ def detect_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     if len(r) <= cfg.min_history + 1:
         return []
     vals = r.to_numpy()
-    smooth = r.rolling(max(3, len(r) // 20), min_periods=1, center=True).median().to_numpy()
+    smooth = r.rolling(max(3, min(9, len(r) // 10)), min_periods=1, center=True).median().to_numpy()
     start = head_level(vals, share=0.05)
     peak_i = int(np.argmax(smooth))
     peak = float(smooth[peak_i])
@@ -47,9 +47,12 @@ def detect_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2) if diffs.size >= 4 else 0.0
     after = r.iloc[peak_i + 1:]
     if len(after) >= 2 and peak - final >= max(need, cfg.robust_z * noise):
-        below = np.flatnonzero(after.to_numpy() < peak - need / 2)
-        if below.size and (after.to_numpy()[below[0]:] < peak - need / 2).mean() >= 0.8:
-            onset = int(after.index[below[0]])
+        low = after.to_numpy() < peak - need / 2
+        # the first record from which the reward stays below the bar (95% of what follows):
+        # noisy dips below it before the decline are not the onset
+        stays = [k for k in np.flatnonzero(low) if low[k:].mean() >= 0.95]
+        if stays:
+            onset = int(after.index[stays[0]])
             return [Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_below_peak",
                             f"{name} rose from {fmt(start)} to a peak of {fmt(peak)} (step "
                             f"{int(r.index[peak_i])}), then fell below {fmt(peak - need / 2)} at step "
