@@ -120,3 +120,17 @@ def test_pairs_that_should_match():
         predicted.append((res["verdict"], res["onset_step"]))
     s = score(labelled, predicted)
     assert s["accuracy"] >= 0.95, (s, predicted)
+
+
+def test_real_training_runs_from_the_repro_harness(tmp_path):
+    """Golden diagnoses of real GRPO runs (tiny MoE, faults switched on as mechanisms)."""
+    from moeproxy.commands.diagnose import diagnose_target
+
+    folder = HERE / "fixtures" / "repro"
+    labels = {k: v for k, v in json.loads((folder / "labels.json").read_text()).items() if not k.startswith("_")}
+    assert len(labels) == 5
+    for name, want in labels.items():
+        _, res, _ = diagnose_target(str(folder / name), str(tmp_path / "none.duckdb"))
+        assert res["verdict"] == want["verdict"], (name, res["verdict"], res["onset_step"])
+        if want["onset_step"] is not None:
+            assert abs(res["onset_step"] - want["onset_step"]) <= ONSET_TOLERANCE * 59, (name, res["onset_step"])
