@@ -33,12 +33,14 @@ def data_version() -> int:
 
 @st.cache_data(ttl=600, max_entries=32, show_spinner=False)
 def runs(db: str, version: int) -> pd.DataFrame:
-    return Store(db).runs()
+    return Store(db).runs_overview()
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
-def metrics(db: str, version: int, run: str) -> pd.DataFrame:
-    return Store(db).metrics(run)
+def metrics(db: str, version: int, run: str) -> list[str]:
+    from moeproxy.downsample import metric_names
+
+    return metric_names(Store(db), run)
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)

@@ -20,6 +20,7 @@ This module and ``moeproxy.store`` are the only places that write SQL; it reads 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from moeproxy.errors import NotFound
@@ -29,11 +30,9 @@ DEFAULT_BUCKETS = 1000
 DEFAULT_MAX_NONFINITE = 5000
 COLUMNS = ["metric", "step", "value", "attempt", "latest", "kind"]
 
-# One statement for several metrics of one run. $run is the integer run id, $metrics a list.
+# One statement for several metrics of one run: $run is the integer run id, {scan} the rows (``_scan``).
 _M4_SQL = f"""
-WITH raw AS (
-    SELECT metric, step, attempt, rank, value FROM scalars
-    WHERE run_id = $run AND list_contains($metrics, metric) AND step BETWEEN $lo AND $hi),
+WITH raw AS ({{scan}}),
 has_global AS (SELECT DISTINCT metric FROM raw WHERE rank = {GLOBAL_RANK}),
 reduced AS (
     SELECT metric, step, attempt, avg(value) AS value FROM raw
@@ -66,44 +65,90 @@ SELECT metric, step, value, attempt, latest, kind FROM nonfinite_points
 ORDER BY metric, latest DESC, attempt, step
 """
 
-# The common case: one attempt, global values only. No window, no join: each bucket's four points
-# come straight out of arg_min/arg_max.
-_M4_FAST_SQL = """
-WITH bucketed AS (
-    SELECT metric, step, value,
-           CASE WHEN isnan(value) THEN 'nan' WHEN value = 'inf'::DOUBLE THEN 'inf'
-                WHEN value = '-inf'::DOUBLE THEN '-inf' ELSE 'finite' END AS kind,
-           least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket
-    FROM scalars WHERE run_id = $run AND list_contains($metrics, metric) AND step BETWEEN $lo AND $hi),
-finite_points AS (
-    SELECT DISTINCT metric, p.step AS step, p.value AS value FROM (
-        SELECT metric, unnest([
-            {'step': min(step), 'value': arg_min(value, step)},
-            {'step': max(step), 'value': arg_max(value, step)},
-            {'step': arg_min(step, value), 'value': min(value)},
-            {'step': arg_max(step, value), 'value': max(value)}]) AS p
-        FROM bucketed WHERE kind = 'finite' GROUP BY metric, bucket)),
-nonfinite_points AS (
-    SELECT metric, step, value, kind FROM bucketed WHERE kind <> 'finite'
-    QUALIFY count(*) OVER (PARTITION BY metric) <= $max_nonfinite
-         OR row_number() OVER (PARTITION BY metric, bucket, kind ORDER BY step) = 1
-         OR row_number() OVER (PARTITION BY metric, bucket, kind ORDER BY step DESC) = 1)
-SELECT metric, step, value, 0 AS attempt, true AS latest, 'finite' AS kind FROM finite_points
-UNION ALL
-SELECT metric, step, value, 0 AS attempt, true AS latest, kind FROM nonfinite_points
-ORDER BY metric, step
+# The common case (one attempt, global values only), one series at a time: per bucket the first,
+# last, lowest and highest finite point, plus the series' non-finite points. An equality filter on
+# the metric lets DuckDB skip every row group of other series (zone maps); numpy does the rest.
+_M4_BUCKETS_SQL = """
+SELECT min(step), arg_min(value, step), max(step), arg_max(value, step),
+       arg_min(step, value), min(value), arg_max(step, value), max(value)
+FROM scalars WHERE run_id = $run AND metric = $m AND step BETWEEN $lo AND $hi AND isfinite(value)
+GROUP BY least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1)
 """
+_NONFINITE_SQL = """
+SELECT step, value FROM scalars
+WHERE run_id = $run AND metric = $m AND step BETWEEN $lo AND $hi AND NOT isfinite(value) ORDER BY step
+"""
+
+
+def _kind(values: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(values), "nan", np.where(values > 0, "inf", "-inf"))
+
+
+def _m4_one_series(con, run_id: int, metric: str, lo: int, hi: int, buckets: int,
+                   max_nonfinite: int) -> pd.DataFrame:
+    params = {"run": run_id, "m": metric, "lo": lo, "hi": hi}
+    rows = con.execute(_M4_BUCKETS_SQL, {**params, "buckets": buckets}).fetchnumpy()
+    cols = list(rows.values())
+    steps = np.concatenate([np.asarray(cols[i], dtype=np.int64) for i in (0, 2, 4, 6)]) if len(cols[0]) else \
+        np.empty(0, np.int64)
+    values = np.concatenate([np.asarray(cols[i], dtype=np.float64) for i in (1, 3, 5, 7)]) if len(cols[0]) else \
+        np.empty(0, np.float64)
+    steps, first = np.unique(steps, return_index=True)
+    values = values[first]
+    bad = con.execute(_NONFINITE_SQL, params).fetchnumpy()
+    bad_steps = np.asarray(bad["step"], dtype=np.int64)
+    bad_values = np.asarray(bad["value"], dtype=np.float64)
+    bad_kind = _kind(bad_values)
+    if len(bad_steps) > max_nonfinite:  # keep the first and last of each kind in each bucket
+        bucket = np.minimum((bad_steps - lo) * buckets // (hi - lo + 1), buckets - 1)
+        key = pd.Series(bucket.astype(str)) + bad_kind
+        keep = (~key.duplicated(keep="first") | ~key.duplicated(keep="last")).to_numpy()
+        bad_steps, bad_values, bad_kind = bad_steps[keep], bad_values[keep], bad_kind[keep]
+    n, m = len(steps), len(bad_steps)
+    return pd.DataFrame({"metric": metric, "step": np.concatenate([steps, bad_steps]),
+                         "value": np.concatenate([values, bad_values]), "attempt": 0, "latest": True,
+                         "kind": np.concatenate([np.full(n, "finite"), bad_kind]) if n + m else np.empty(0, str)})
+
 
 # Step range and shape of the stored rows: decides between the fast and the general statement.
 _PROFILE_SQL = f"""
-SELECT min(step), max(step), count(DISTINCT attempt), count(*) FILTER (WHERE rank <> {GLOBAL_RANK})
-FROM scalars WHERE run_id = $run AND list_contains($metrics, metric)
+SELECT min(step), max(step), count(DISTINCT attempt), count(*) FILTER (WHERE rank <> {GLOBAL_RANK}) FROM ({{scan}})
 """
 
+
+def _scan(n_metrics: int, ranged: bool) -> str:
+    """The rows of metrics $m0..$m<n-1> of run $run (in $lo..$hi when ``ranged``).
+
+    One equality filter per metric, glued with UNION ALL: DuckDB prunes row groups by their
+    min/max (zone maps) for ``metric = const`` but not for an IN list or ``list_contains``, and
+    the scalars table is stored sorted by metric and step within each ingest, so this reads only
+    the row groups of the requested series (8 ms instead of 60 ms for 3 series of 40 M rows).
+    """
+    step = " AND step BETWEEN $lo AND $hi" if ranged else ""
+    return " UNION ALL ".join(
+        f"SELECT metric, step, attempt, rank, value FROM scalars WHERE run_id = $run AND metric = $m{i}{step}"
+        for i in range(n_metrics))
+
+
+def _metric_params(metrics: list[str]) -> dict:
+    return {f"m{i}": m for i, m in enumerate(metrics)}
+
+
+def metric_names(store: Store, run: str, prefix: str = "") -> list[str]:
+    """Stored metric names of a run (from the name table, without scanning the values), sorted;
+    only those starting with ``prefix`` when given."""
+    with store.read() as con:
+        run_id = _run_id(con, store, run)
+        rows = con.execute("SELECT DISTINCT metric FROM metric_names WHERE run_id = $run AND starts_with(metric, $p) "
+                           "ORDER BY metric", {"run": run_id, "p": prefix}).fetchall()
+    return [r[0] for r in rows]
+
+# Metrics with a prefix as a range of names (>= prefix, < prefix with its last character bumped):
+# a range is pruned by zone maps, ``starts_with`` is not.
 _HEATMAP_SQL = """
 WITH raw AS (
-    SELECT metric, step, value FROM scalars
-    WHERE run_id = $run AND starts_with(metric, $prefix) AND step BETWEEN $lo AND $hi
+    SELECT metric, step, rank, attempt, value FROM scalars
+    WHERE run_id = $run AND metric >= $p_lo AND metric < $p_hi AND step BETWEEN $lo AND $hi
     {latest_only})
 SELECT metric,
        least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket,
@@ -125,7 +170,11 @@ def step_range(store: Store, run: str, metrics: list[str]) -> tuple[int, int] | 
     """(first, last) step over the given metrics of a run; None when none of them has data."""
     with store.read() as con:
         run_id = _run_id(con, store, run)
-        lo, hi, _, _ = con.execute(_PROFILE_SQL, {"run": run_id, "metrics": list(metrics)}).fetchall()[0]
+        metrics = list(dict.fromkeys(metrics))
+        if not metrics:
+            return None
+        lo, hi, _, _ = con.execute(_PROFILE_SQL.format(scan=_scan(len(metrics), False)),
+                                   {"run": run_id, **_metric_params(metrics)}).fetchall()[0]
     return None if lo is None else (int(lo), int(hi))
 
 
@@ -144,18 +193,29 @@ def m4_series(store: Store, run: str, metrics: list[str], lo: int | None = None,
         return pd.DataFrame({c: [] for c in COLUMNS})
     with store.read() as con:
         run_id = _run_id(con, store, run)
-        first, last, attempts, per_rank = con.execute(_PROFILE_SQL, {"run": run_id, "metrics": metrics}).fetchall()[0]
+        first, last, attempts, per_rank = con.execute(_PROFILE_SQL.format(scan=_scan(len(metrics), False)),
+                                                      {"run": run_id, **_metric_params(metrics)}).fetchall()[0]
         if first is None:
             return pd.DataFrame({c: [] for c in COLUMNS})
         lo = int(first) if lo is None else lo
         hi = int(last) if hi is None else hi
         if hi < lo:
             lo, hi = hi, lo
-        sql = _M4_FAST_SQL if attempts <= 1 and per_rank == 0 else _M4_SQL
-        frame = con.execute(sql, {"run": run_id, "metrics": metrics, "lo": int(lo), "hi": int(hi),
+        if attempts <= 1 and per_rank == 0:
+            parts = [_m4_one_series(con, run_id, m, int(lo), int(hi), int(buckets), int(max_nonfinite))
+                     for m in metrics]
+            frame = pd.concat(parts, ignore_index=True).sort_values(["metric", "step"], kind="stable")
+            return frame.reset_index(drop=True).astype(
+                {"metric": str, "step": "int64", "value": "float64", "attempt": "int64", "latest": bool, "kind": str})
+        sql = _M4_SQL.format(scan=_scan(len(metrics), True))
+        frame = con.execute(sql, {"run": run_id, **_metric_params(metrics), "lo": int(lo), "hi": int(hi),
                                       "buckets": int(buckets), "max_nonfinite": int(max_nonfinite)}).df()
     return frame.astype({"metric": str, "step": "int64", "value": "float64", "attempt": "int64",
                          "latest": bool, "kind": str})
+
+
+def _prefix_bounds(prefix: str) -> tuple[str, str]:
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_", lo: int | None = None,
@@ -165,16 +225,20 @@ def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_"
     ``value`` is the mean of the finite values in the bucket, ``nonfinite`` how many were not
     finite; ``step`` is the bucket's first step. Empty when the run has no metric with the prefix.
     """
+    if not prefix:
+        raise ValueError("layer_heatmap needs a metric-name prefix")
+    p_lo, p_hi = _prefix_bounds(prefix)
     with store.read() as con:
         run_id = _run_id(con, store, run)
+        params = {"run": run_id, "p_lo": p_lo, "p_hi": p_hi}
         first, last, attempts = con.execute(
             "SELECT min(step), max(step), count(DISTINCT attempt) FROM scalars "
-            "WHERE run_id = $run AND starts_with(metric, $prefix)", {"run": run_id, "prefix": prefix}).fetchall()[0]
+            "WHERE run_id = $run AND metric >= $p_lo AND metric < $p_hi", params).fetchall()[0]
         if first is None:
             return pd.DataFrame({c: [] for c in ["metric", "bucket", "step", "value", "nonfinite"]})
         lo = int(first) if lo is None else lo
         hi = int(last) if hi is None else hi
         latest_only = "" if attempts <= 1 else \
             "QUALIFY row_number() OVER (PARTITION BY metric, rank, step ORDER BY attempt DESC) = 1"
-        return con.execute(_HEATMAP_SQL.format(latest_only=latest_only), {"run": run_id, "prefix": prefix, "lo": int(lo), "hi": int(hi),
-                                          "buckets": int(buckets)}).df()
+        sql = _HEATMAP_SQL.format(latest_only=latest_only)
+        return con.execute(sql, {**params, "lo": int(lo), "hi": int(hi), "buckets": int(buckets)}).df()

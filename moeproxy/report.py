@@ -82,10 +82,10 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
                   buckets: int = 1500) -> str:
     """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
     from dashboard.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
-    from moeproxy.downsample import layer_heatmap, m4_series
+    from moeproxy.downsample import layer_heatmap, m4_series, metric_names
 
     info = store.run_info(run)  # NotFound names the known runs
-    stored = set(store.metrics(run)["metric"])
+    stored = set(metric_names(store, run))
     panels = [m for m in TRIAGE_PANELS if m in stored] or sorted(stored)[:3]
     findings = store.findings(run)
     series = m4_series(store, run, panels, buckets=buckets)
@@ -103,7 +103,7 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
         if proxy == run:
             raise InputError(f"--proxy {proxy!r} is the run itself; name the proxy run")
         proxy_findings = store.findings(proxy)
-        proxy_stored = set(store.metrics(proxy)["metric"])
+        proxy_stored = set(metric_names(store, proxy))
         shared = [m for m in panels if m in proxy_stored] or panels
         proxy_series = m4_series(store, proxy, shared, buckets=buckets)
         full_part = series[series["metric"].isin(shared)]

@@ -25,7 +25,7 @@ full_choices = [r for r in table["run"].tolist() if r != proxy_run]
 default_full = linked if isinstance(linked, str) and linked in full_choices else full_choices[0]
 full_run = c2.selectbox("Full run", full_choices, index=full_choices.index(default_full), key="compare_full")
 
-stored = sorted(set(queries.metrics(db, version, full_run)["metric"]) & set(queries.metrics(db, version, proxy_run)["metric"]))
+stored = sorted(set(queries.metrics(db, version, full_run)) & set(queries.metrics(db, version, proxy_run)))
 c1, c2, c3 = st.columns([2, 1, 1])
 extra = c1.multiselect("More metrics (type to search)", [m for m in stored if m not in TRIAGE_PANELS],
                        key="compare_metrics")

@@ -17,7 +17,7 @@ if run is None:
     st.info("No runs yet: ingest one on the Runs page.")
     st.stop()
 
-stored = queries.metrics(db, version, run)["metric"].tolist()
+stored = queries.metrics(db, version, run)
 findings = queries.findings(db, version, run)
 extra = st.multiselect("More metrics (type to search)", [m for m in stored if m not in TRIAGE_PANELS],
                        key="triage_metrics", placeholder="search metrics, e.g. kl, reward, clipfrac")
