@@ -9,10 +9,10 @@ FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed 
 
 - ``healthy``: fp32 trainer, bf16 rollouts, clipping at 1.0, load-balancing loss on.
 - ``overflow``: the trainer runs forward/backward on an fp16 working copy with a *static* loss scale
-  of 512 (no dynamic back-off, as with a fixed ``loss_scale`` in DeepSpeed/Megatron fp16 configs)
+  of 2048 (no dynamic back-off, as with a fixed ``loss_scale`` in DeepSpeed/Megatron fp16 configs)
   and reduces the global norm of the scaled fp16 gradients in fp16. At the fault step the learning
   rate is raised x10 and clipping removed (a mis-set peak): gradients grow, the scaled norm passes
-  65504 (true norm > 128), the norm is inf and the step is skipped (verl FSDP behaviour), again and
+  65504 (true norm > 32), the norm is inf and the step is skipped (verl FSDP behaviour), again and
   again while the gradients stay large.
 - ``divergence``: the same learning-rate jump x10 with clipping removed, in fp32: the policy is
   kicked away from the reference, the grad norm spikes by 10x and more and the KL to the reference
@@ -21,7 +21,7 @@ FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed 
   per-tensor scaled) copy of the policy computing in bf16, as a quantised inference engine does,
   while the trainer computes log-probs in fp32 and uses the engine's log-probs as pi_old without
   importance-sampling correction.
-- ``routing_collapse``: from the fault step the router learning rate is x100 and the load-balancing
+- ``routing_collapse``: from the fault step the router learning rate is x1000 and the load-balancing
   loss is switched off, so a few experts take most tokens (routing entropy falls, imbalance rises).
 """
 
@@ -57,15 +57,15 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("healthy", "fp32 trainer and rollouts, grad clipping 1.0, load-balancing loss on",
                  "healthy"),
         Scenario("overflow", "fp16 trainer with a static loss scale; learning rate raised at the fault step",
-                 "overflow", {"compute_dtype": "float16", "loss_scale": 512.0, "lr_multiplier": 10.0,
+                 "overflow", {"compute_dtype": "float16", "loss_scale": 2048.0, "lr_multiplier": 10.0,
                               "clip_after_fault": False}, fault_at=0.4),
         Scenario("divergence", "learning rate x10 and gradient clipping removed at the fault step (fp32)",
                  "divergence", {"lr_multiplier": 10.0, "clip_after_fault": False}, fault_at=0.4),
         Scenario("precision_mismatch", "rollouts from an FP8 engine copy from the fault step, trainer fp32, engine "
                  "log-probs used as pi_old without correction", "precision_mismatch",
                  {"rollout_dtype_after_fault": "float8_e5m2", "old_logprobs_from_rollout": True}, fault_at=0.4),
-        Scenario("routing_collapse", "router learning rate x100 and load-balancing loss off at the fault step",
-                 "routing_collapse", {"router_lr_multiplier": 100.0, "aux_loss_coef_after_fault": 0.0},
+        Scenario("routing_collapse", "router learning rate x1000 and load-balancing loss off at the fault step",
+                 "routing_collapse", {"router_lr_multiplier": 1000.0, "aux_loss_coef_after_fault": 0.0},
                  fault_at=0.4),
     )
 }
