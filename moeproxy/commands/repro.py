@@ -55,6 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--heal-steps", type=int, default=100,
                    help="supervised steps on the proxy after pruning, before RL (default 100)")
     p.add_argument("--no-evaluate", action="store_true", help="skip the keep/reject evaluation of the proxy")
+    _add_demo(sub)
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="regenerate the bundled demo runs (full + proxy per scenario)")
+    p.add_argument("--out", default="data/demo", help="demo directory (default data/demo)")
+    p.add_argument("--steps", type=_positive_int, default=40)
+    p.add_argument("--keep-ratio", type=_ratio, default=0.25)
+    p.add_argument("--seed", type=int, default=0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +84,12 @@ def run(args: argparse.Namespace) -> int:
         model, tokenizer = load_tiny_moe(args.model)
         summary = run_grpo(model, tokenizer, scenario.config(args.steps, args.seed), args.log)
         print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+        return 0
+    if args.repro_command == "demo":
+        from moeproxy.repro.harness import write_demo
+
+        write_demo(Path(args.out), steps=args.steps, keep_ratio=args.keep_ratio, seed=args.seed)
+        print(f"wrote {Path(args.out) / 'manifest.json'}")
         return 0
     from moeproxy.repro.harness import HarnessSpec, run_pair
 

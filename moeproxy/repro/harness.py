@@ -46,6 +46,7 @@ class HarnessSpec:
     heal_steps: int = 100
     evaluate: bool = True
     full_log: Path | None = None  # reuse an existing full-model log of the same scenario/seed/steps
+    reuse_proxy: Path | None = None  # a proxy directory written by an earlier run_pair (same ratio/seed)
     dense_cache: Path | None = None
 
     def __post_init__(self):
@@ -157,6 +158,44 @@ def _ingest(store, path: Path, run: str, role: str, proxy_of: str | None = None)
     ingest_paths(store, [path], run=run, role=role, proxy_of=proxy_of)
 
 
+DEMO_SCENARIOS = ("healthy", "overflow", "divergence", "precision_mismatch", "routing_collapse")
+
+
+def write_demo(out: Path, steps: int = 40, keep_ratio: float = 0.25, seed: int = 0,
+               scenarios=DEMO_SCENARIOS, log=print) -> dict:
+    """The bundled demo: one full + proxy pair per scenario under ``out/<scenario>/`` (logs,
+    fidelity.json, evaluation.json; checkpoints removed) and ``out/manifest.json`` for
+    ``moeproxy.demo``. The proxy is built, healed and evaluated once and reused by every scenario."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / ".build"
+    manifest, summary = {"runs": []}, {}
+    proxy_dir = None
+    for scenario in scenarios:
+        spec = HarnessSpec(scenario=scenario, out=work / scenario, keep_ratio=keep_ratio, steps=steps, seed=seed,
+                           db=":memory:", name=f"demo-{scenario}", reuse_proxy=proxy_dir)
+        result = run_pair(spec, log=log)
+        if proxy_dir is None:
+            proxy_dir = work / scenario / "proxy"
+        target = out / scenario
+        target.mkdir(exist_ok=True)
+        for name in ("full.jsonl", "proxy.jsonl", "fidelity.json"):
+            shutil.copy2(work / scenario / name, target / name)
+        if (work / scenario / "evaluation.json").is_file():
+            shutil.copy2(work / scenario / "evaluation.json", target / "evaluation.json")
+        full_run = f"{scenario}-full"
+        manifest["runs"].append({"name": full_run, "path": f"{scenario}/full.jsonl", "role": "full"})
+        manifest["runs"].append({"name": f"{scenario}-proxy", "path": f"{scenario}/proxy.jsonl", "role": "proxy",
+                                 "proxy_of": full_run})
+        summary[scenario] = {"full": result["full"], "proxy": result["proxy"], "verdict_match": result["verdict_match"]}
+        log(f"{scenario}: full {result['full']['verdict']}@{result['full']['onset_step']}, "
+            f"proxy {result['proxy']['verdict']}@{result['proxy']['onset_step']}")
+    manifest["generated_by"] = (f"moeproxy repro demo --out {out} --steps {steps} --keep-ratio {keep_ratio} --seed {seed}")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
 def run_pair(spec: HarnessSpec, log=print) -> dict:
     import torch
 
@@ -174,7 +213,17 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
 
     t = time.perf_counter()
     evaluation = None
-    if spec.baseline == "cluster":
+    if spec.baseline == "cluster" and spec.reuse_proxy is not None:
+        proxy_dir = Path(spec.reuse_proxy)
+        report = json.loads((proxy_dir / "proxy_report.json").read_text())
+        if report.get("spec", {}).get("keep_ratio") != spec.keep_ratio:
+            raise InputError(f"{proxy_dir}: built at keep ratio {report.get('spec', {}).get('keep_ratio')}, not {spec.keep_ratio}")
+        proxy_info = {"reused": str(proxy_dir), "experts_before": report.get("experts_before"),
+                      "experts_after": report.get("experts_after"), "kept_experts": report.get("kept_experts")}
+        saved = proxy_dir.parent / "evaluation.json"
+        evaluation = json.loads(saved.read_text()) if saved.is_file() else None
+        proxy_model, proxy_tok = load_tiny_moe(proxy_dir)
+    elif spec.baseline == "cluster":
         proxy_dir, proxy_info = build_cluster_proxy(spec, log=log)
         timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
         if spec.evaluate:
