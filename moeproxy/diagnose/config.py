@@ -1,7 +1,7 @@
 """Typed, validated thresholds for the detectors (one frozen dataclass, JSON round-trip).
 
 Defaults follow shared/research/logs-and-failures.md §2 (sources there): NIST modified-z 3.5,
-Megatron's spiky factor 10, fp16 max 65504 and msprobe's 1e10 magnitude alarm, verl's
+fp16 max 65504 and msprobe's 1e10 magnitude alarm, verl's
 rollout_probs_diff 0.01, rollout IS window [0.5, 2.0], router entropy drop 30%, entropy
 collapse below 10-20% of the start value. ``DiagnoseConfig.from_dict`` rejects unknown keys.
 """
@@ -17,7 +17,6 @@ class DiagnoseConfig:
     min_history: int = 3               # records needed before any departure can be judged
     grad_norm_factor: float = 3.0      # sustained grad-norm level rise that counts as divergence
     loss_factor: float = 1.25          # sustained positive-loss level rise that counts as divergence
-    spike_factor: float = 10.0         # Megatron SPIKY_LOSS_FACTOR: a big short spike
     saturation_abs: float = 1e10       # msprobe AnomalyNan magnitude threshold
     fp16_max: float = 65504.0
     loss_scale_window: int = 1000      # Megatron default: growth/halving window (iterations)

@@ -252,3 +252,12 @@ def test_entropy_blowup_is_a_warning():
     res = diagnose_series({"policy_entropy": series(h)})
     assert res["verdict"] == "healthy"
     assert res["findings"][0]["rule"] == "entropy_blowup" and res["findings"][0]["onset_step"] == 41
+
+
+def test_config_round_trips_through_json():
+    import json
+
+    cfg = DiagnoseConfig(robust_z=4.0)
+    assert DiagnoseConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    res = diagnose_series({"grad_norm": series(noisy(50))}, config=cfg)
+    assert res["verdict"] == "healthy"
