@@ -31,6 +31,8 @@ def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of:
 
 
 st.title("Runs")
+if st.session_state.get("ingest_message"):
+    st.success("\n\n".join(st.session_state.pop("ingest_message")))
 db = queries.db_path()
 table = queries.runs(db, queries.data_version())
 
@@ -60,8 +62,8 @@ with path_tab, st.form("ingest_path_form"):
 
         try:
             path = resolve_inside_roots(server_path, "ingest path")
-            lines = ingest_and_diagnose([path], run_name, role, proxy_of)
-            st.success("\n\n".join(lines))
+            st.session_state["ingest_message"] = ingest_and_diagnose([path], run_name, role, proxy_of)
+            st.rerun()
         except MoeproxyError as exc:
             st.error(str(exc))
 with upload_tab:
@@ -77,10 +79,12 @@ with upload_tab:
             target = Path(tmp) / safe_name
             target.write_bytes(upload.getvalue())
             try:
-                lines = ingest_and_diagnose([target], up_run or Path(safe_name).stem, up_role, up_proxy_of)
-                st.success("\n\n".join(lines))
+                st.session_state["ingest_message"] = ingest_and_diagnose(
+                    [target], up_run or Path(safe_name).stem, up_role, up_proxy_of)
             except MoeproxyError as exc:
                 st.error(str(exc))
+            else:
+                st.rerun()
 
 if names:
     st.subheader("Link a proxy run to its full run")

@@ -1,0 +1,135 @@
+"""AppTest (in-process, no browser) for every dashboard page over a store holding the synthetic demo runs."""
+
+from __future__ import annotations
+
+import json
+
+from synthetic_runs import write_run_log
+
+from moeproxy.store import Store
+
+
+def plotly_specs(at) -> dict:
+    return {el.proto.id: json.loads(el.proto.spec) for el in at.get("plotly_chart")}
+
+
+def test_first_start_loads_the_demo_runs(app, app_env):
+    runs = Store(app_env / "runs.duckdb").runs()
+    assert runs["run"].tolist() == ["demo-full", "demo-proxy"]
+    assert runs.set_index("run").loc["demo-proxy", "proxy_of"] == "demo-full"
+    assert runs["verdict"].notna().all()
+    badges = " ".join(m.value for m in app.markdown)
+    assert "**demo-full** :" in badges and "-badge[" in badges
+    assert any("loaded demo runs" in c.value for c in app.sidebar.caption)
+
+
+def test_runs_page_ingests_from_an_allowed_path_and_refuses_others(app, app_env):
+    log = write_run_log(app_env / "logs" / "extra.jsonl", steps=120, fault_step=None)
+    app.text_input(key="ingest_path").set_value(str(log))
+    app.text_input(key="ingest_run").set_value("extra")
+    app.button(key="ingest_path_button").click().run()
+    assert not app.exception
+    assert any("run 'extra'" in s.value for s in app.success), [e.value for e in app.error]
+    assert Store(app_env / "runs.duckdb").findings("extra") is not None  # diagnosed on ingest
+
+    app.text_input(key="ingest_path").set_value("/etc/passwd")
+    app.button(key="ingest_path_button").click().run()
+    assert any("outside the allowed roots" in e.value for e in app.error)
+
+
+def test_runs_page_upload_link_and_delete(app, app_env):
+    content = write_run_log(app_env / "up.jsonl", steps=80, fault_step=None).read_bytes()
+    app.file_uploader(key="upload").upload("uploaded.jsonl", content, "application/json")
+    app.run()
+    app.button(key="upload_button").click().run()
+    assert not app.exception
+    store = Store(app_env / "runs.duckdb")
+    assert "uploaded" in store.runs()["run"].tolist()
+
+    app.selectbox(key="link_proxy").set_value("uploaded")
+    app.run()
+    app.selectbox(key="link_full").set_value("demo-full")
+    app.button(key="link_button").click().run()
+    row = store.runs().set_index("run").loc["uploaded"]
+    assert row["role"] == "proxy" and row["proxy_of"] == "demo-full"
+
+    app.selectbox(key="delete_run").set_value("uploaded")
+    app.run()
+    app.checkbox(key="delete_confirm").check().run()
+    app.button(key="delete_button").click().run()
+    assert "uploaded" not in store.runs()["run"].tolist()
+
+
+def test_triage_page_panels_findings_search_and_smoothing(app):
+    app.switch_page("app_pages/triage.py").run()
+    assert not app.exception
+    spec = plotly_specs(app)
+    triage = next(s for s in spec.values() if "grad_norm" in json.dumps(s["layout"].get("title", "")))
+    names = {t.get("name") for t in triage["data"]}
+    assert {"grad_norm", "loss", "routing_entropy", "grad_norm +inf", "loss NaN"} <= names
+    assert triage["layout"]["yaxis"]["type"] == "log"
+    assert any("@ 300" in a.get("text", "") for a in triage["layout"]["annotations"])
+    findings_text = " ".join(m.value for m in app.markdown)
+    assert "Verdict" in findings_text and "fell from" in findings_text  # evidence sentences listed
+
+    app.multiselect(key="triage_metrics").select("reward_mean")
+    app.slider(key="triage_smoothing").set_value(0.9)
+    app.run()
+    assert not app.exception
+    names = {t.get("name") for s in plotly_specs(app).values() for t in s["data"]}
+    assert "reward_mean" in names and any("EMA 0.9" in (n or "") for n in names)
+
+
+def test_triage_zoom_state_requeries_the_range(app):
+    app.switch_page("app_pages/triage.py").run()
+    app.session_state["zoom:demo-full"] = (290, 330)
+    app.run()
+    assert not app.exception
+    spec = next(s for s in plotly_specs(app).values() if s["data"] and s["data"][0].get("name") == "grad_norm")
+    assert "Steps 290 - 330" in " ".join(c.value for c in app.caption)
+    app.button(key="triage_reset_zoom").click().run()
+    assert "zoom:demo-full" not in app.session_state
+    assert spec["data"]
+
+
+def test_compare_page_overlays_and_shows_the_fidelity_card(app):
+    app.switch_page("app_pages/compare.py").run()
+    assert not app.exception
+    assert app.selectbox(key="compare_proxy").value == "demo-proxy"
+    assert app.selectbox(key="compare_full").value == "demo-full"
+    labels = [m.label for m in app.metric]
+    assert "verdict match" in labels and "onset delta (steps)" in labels
+    assert next(m.value for m in app.metric if m.label == "onset delta (steps)").startswith("+")
+    app.radio(key="compare_align").set_value("fraction").run()
+    assert not app.exception
+    spec = next(iter(plotly_specs(app).values()))
+    xs = [x for t in spec["data"] if isinstance(t.get("x"), list) for x in t["x"]]
+    assert spec["layout"]["xaxis3"]["title"]["text"] == "fraction of run"
+    assert not xs or max(xs) <= 1.0
+
+
+def test_proxy_page_plans_and_cancels_a_build(app):
+    app.switch_page("app_pages/proxy.py").run()
+    assert not app.exception, app.exception
+    assert any("Builds run on" in m.value for m in app.markdown)
+    assert [m.label for m in app.metric][:1] == ["Accelerators"]
+    app.button(key="start_build").click().run()
+    assert not app.exception
+    text = " ".join(m.value for m in app.markdown)
+    assert "Job " in text and ("`queued`" in text or "`running`" in text or "`succeeded`" in text)
+    if "cancel_job" in [b.key for b in app.button]:
+        app.button(key="cancel_job").click().run()
+        assert "`cancelled`" in " ".join(m.value for m in app.markdown)
+
+
+def test_proxy_page_refuses_a_checkpoint_outside_the_roots(app):
+    app.switch_page("app_pages/proxy.py").run()
+    app.text_input(key="proxy_ckpt").set_value("/usr").run()
+    assert any("outside the allowed roots" in e.value for e in app.error)
+
+
+def test_report_page_offers_the_html(app):
+    app.switch_page("app_pages/report.py").run()
+    assert not app.exception
+    assert app.selectbox(key="report_proxy").value == "demo-proxy"
+    assert any("moeproxy report demo-full --proxy demo-proxy" in c.value for c in app.caption)
