@@ -62,3 +62,17 @@ def test_reference_option_reports_where_two_runs_part(tmp_path, capsys, db_path)
     assert out["verdict"] == "precision_mismatch" and out["onset_step"] == 20
     assert main(["diagnose", str(tmp_path / "same.txt"), "--reference", str(tmp_path / "gpu.txt"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "healthy"
+
+
+def test_tensorboard_event_file(tmp_path, capsys, db_path):
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    for step in range(1, 41):
+        grad = 0.8 + 0.05 * (step % 4) if step < 30 else float("inf")
+        writer.add_scalar("actor/grad_norm", grad, step)
+        writer.add_scalar("critic/score/mean", 0.3 + 0.01 * step, step)
+    writer.close()
+    assert main(["diagnose", str(tmp_path / "tb"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "overflow" and out["onset_step"] == 30
