@@ -5,7 +5,11 @@ Layout of a demo directory: ``manifest.json`` = ``{"runs": [{"name", "path", "ro
 with paths relative to the directory (runs are ingested in the listed order, so a full run comes
 before its proxy). Without a manifest, every log file at the top level is one run named by its
 stem; a name containing ``proxy`` is a proxy (of the only full run, when there is exactly one),
-anything else is a full run. ``load_demo`` does nothing on a store that already has runs.
+anything else is a full run. Each visible subdirectory (one scenario of ``moeproxy repro``, e.g.
+``data/demo/overflow/{full,proxy}.jsonl``) follows the same rule with run names prefixed by the
+directory name (``overflow-full``, ``overflow-proxy``); failing scenarios are loaded before
+``healthy`` so the dashboard opens on a failure. ``load_demo`` does nothing on a store that
+already has runs.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 from moeproxy.errors import InputError, NotFound
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
-_LOG_SUFFIXES = {".jsonl", ".json", ".log", ".txt", ".csv", ".tsv"}
+_LOG_SUFFIXES = {".jsonl", ".log", ".txt", ".csv", ".tsv"}
 
 
 @dataclass
@@ -48,14 +52,25 @@ def demo_runs(demo_dir: str | Path = DEMO_DIR) -> list[DemoRun]:
                             proxy_of=e.get("proxy_of")) for e in entries]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise InputError(f"{manifest}: expected {{\"runs\": [{{\"name\", \"path\", ...}}]}} ({exc})") from None
-    files = sorted(p for p in demo_dir.iterdir() if p.is_file() and p.suffix.lower() in _LOG_SUFFIXES
-                   and p.name != "manifest.json" and not p.name.startswith("fidelity"))
-    runs = [DemoRun(name=p.stem, path=p, role="proxy" if "proxy" in p.stem.lower() else "full") for p in files]
+    runs = _runs_in(demo_dir, prefix="")
+    scenarios = sorted((d for d in demo_dir.iterdir() if d.is_dir() and not d.name.startswith((".", "_"))),
+                       key=lambda d: (d.name == "healthy", d.name))
+    for scenario in scenarios:
+        runs += _runs_in(scenario, prefix=f"{scenario.name}-")
+    return runs
+
+
+def _runs_in(directory: Path, prefix: str) -> list[DemoRun]:
+    """The log files directly in ``directory`` as runs, full runs first."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in _LOG_SUFFIXES
+                   and p.name != "manifest.json")
+    runs = [DemoRun(name=prefix + p.stem, path=p, role="proxy" if "proxy" in p.stem.lower() else "full")
+            for p in files]
     fulls = [r.name for r in runs if r.role == "full"]
     for r in runs:
         if r.role == "proxy" and len(fulls) == 1:
             r.proxy_of = fulls[0]
-    runs.sort(key=lambda r: r.role == "proxy")  # full runs first
+    runs.sort(key=lambda r: r.role == "proxy")
     return runs
 
 
@@ -70,7 +85,10 @@ def load_demo(store, demo_dir: str | Path = DEMO_DIR) -> DemoResult:
     if not Path(demo_dir).is_dir():
         return DemoResult(skipped_reason=f"no demo data at {demo_dir}")
     result = DemoResult()
-    for run in demo_runs(demo_dir):
+    runs = demo_runs(demo_dir)
+    if not runs:
+        return DemoResult(skipped_reason=f"no run logs in {demo_dir}")
+    for run in runs:
         ingest_paths(store, [run.path], run=run.name, role=run.role, proxy_of=run.proxy_of)
         result.loaded.append(run.name)
         try:

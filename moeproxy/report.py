@@ -69,12 +69,22 @@ def _figure_html(fig, first: bool) -> str:
 
 
 def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
+    """The proxy recipe: given, else in the run's metadata, else a proxy_report.json next to the
+    proxy run's logs (``moeproxy repro`` writes ``<dir>/proxy/proxy_report.json``)."""
     if proxy_report is not None:
         return proxy_report
-    meta = store.run_info(proxy).get("meta") or {}
+    info = store.run_info(proxy)
+    meta = info.get("meta") or {}
     for key in ("proxy_report", "recipe", "build"):
         if isinstance(meta.get(key), dict):
             return meta[key]
+    for source in info.get("sources", []):
+        folder = Path(str(source.get("path") or "")).parent
+        for candidate in (folder / "proxy_report.json", folder / "proxy" / "proxy_report.json"):
+            try:
+                return json.loads(candidate.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
     return None
 
 
