@@ -87,8 +87,10 @@ def _marker_y(kind: str, bounds: tuple[float, float] | None, log_axis: bool) -> 
 
 def _add_metric_traces(fig: go.Figure, frame: pd.DataFrame, row: int, *, name: str, colour: str,
                        x: str = "step", smoothing: float | None = None, log_axis: bool = False,
-                       show_legend: bool = True, legend_group: str | None = None) -> None:
-    """Raw line (latest attempt), overwritten attempts, EMA and non-finite markers for one metric."""
+                       show_legend: bool = True, legend_group: str | None = None,
+                       marker_bounds: tuple[float, float] | None = None) -> None:
+    """Raw line (latest attempt), overwritten attempts, EMA and non-finite markers for one metric
+    (markers at the top/bottom of ``marker_bounds``, default: this frame's finite range)."""
     group = legend_group or name
     latest = frame[frame["latest"]].sort_values("step")
     finite = latest[latest["kind"] == "finite"]
@@ -114,7 +116,7 @@ def _add_metric_traces(fig: go.Figure, frame: pd.DataFrame, row: int, *, name: s
             name=f"{name} attempt {attempt} (overwritten)", legendgroup=group, showlegend=show_legend,
             line={"color": colour, "width": 1, "dash": "dot"}, opacity=0.5,
         ), row=row, col=1)
-    bounds = _finite_bounds(frame)
+    bounds = marker_bounds or _finite_bounds(frame)
     for kind, (label, symbol, marker_colour) in NONFINITE_MARKERS.items():
         points = frame[frame["kind"] == kind]
         if points.empty:
@@ -239,6 +241,8 @@ def compare_figure(full: pd.DataFrame, proxy: pd.DataFrame, metrics: list[str], 
                         subplot_titles=metrics)
     for row, metric in enumerate(metrics, start=1):
         log_axis = False
+        both = pd.concat([full[full["metric"] == metric], proxy[proxy["metric"] == metric]])
+        shared_bounds = _finite_bounds(both)  # one marker height per panel for both runs
         for (role, frame), label in zip((("full", full), ("proxy", proxy)), names):
             part = frame[frame["metric"] == metric]
             if part.empty:
@@ -246,7 +250,7 @@ def compare_figure(full: pd.DataFrame, proxy: pd.DataFrame, metrics: list[str], 
             log_axis = log_axis or (metric in LOG_AXIS_METRICS and _log_axis_possible(part))
             _add_metric_traces(fig, part, row, name=f"{label}", colour=RUN_COLOURS[role], x="x",
                                smoothing=smoothing, log_axis=metric in LOG_AXIS_METRICS,
-                               show_legend=row == 1, legend_group=label)
+                               show_legend=row == 1, legend_group=label, marker_bounds=shared_bounds)
         if log_axis:
             fig.update_yaxes(type="log", row=row, col=1)
     for row, (findings, last, label, colour) in enumerate(
