@@ -128,7 +128,8 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
             from dashboard.fidelity_view import card_metrics
 
             card = compute_card(store, run, proxy)
-            parts += ["<h3>Fidelity card</h3>", _table([dict(card_metrics(card))]),
+            parts += ["<h3>Fidelity card</h3>",
+                      _table([{"measure": label, "value": value} for label, value in card_metrics(card)]),
                       f"<pre>{_e(json.dumps(card, indent=2, default=str))}</pre>"]
         except MoeproxyError as exc:
             parts.append(f"<p class=muted>{_e(exc)}</p>")

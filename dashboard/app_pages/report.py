@@ -40,3 +40,7 @@ st.download_button("Download HTML report", document, file_name=f"{run}-postmorte
                    key="report_download", type="primary")
 st.caption(f"{len(document) / 1e6:.1f} MB, self-contained (plotly.js inlined). "
            f"Same from a shell: `moeproxy report {run}{' --proxy ' + proxy if proxy else ''} -o {run}.html`")
+if st.toggle("Preview the report here", key="report_preview"):
+    import streamlit.components.v1 as components
+
+    components.html(document, height=1400, scrolling=True)
