@@ -11,14 +11,16 @@ import json
 from pathlib import Path
 
 from moeproxy.commands.common import add_db_option
-from moeproxy.errors import NotFound
+from moeproxy.errors import InputError, NotFound
 
 HELP = "classify a run's failure (overflow, divergence, mismatch, routing/entropy/reward collapse) with onset and evidence"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("target", metavar="TARGET",
+    parser.add_argument("target", metavar="TARGET", nargs="?",
                         help="a run name in the database, else a log file or directory (not stored)")
+    parser.add_argument("--detectors", action="store_true",
+                        help="list the registered detectors and the categories they report, then exit")
     parser.add_argument("--json", action="store_true",
                         help='print {"verdict", "onset_step", "findings": [...]} as JSON')
     parser.add_argument("--reference", metavar="TARGET",
@@ -64,7 +66,14 @@ def diagnose_target(target: str, db: str | None, reference: str | None = None) -
 
 
 def run(args) -> int:
-    from moeproxy.diagnose import render_text
+    from moeproxy.diagnose import all_detectors, render_text
+
+    if args.detectors:
+        for detector in all_detectors().values():
+            print(f"{detector.name:<20} {detector.description}")
+        return 0
+    if args.target is None:
+        raise InputError("diagnose needs a TARGET: a run name in the database or a log file")
 
     name, result, _stored = diagnose_target(args.target, args.db, args.reference)
     if args.json:

@@ -76,3 +76,12 @@ def test_tensorboard_event_file(tmp_path, capsys, db_path):
     assert main(["diagnose", str(tmp_path / "tb"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "overflow" and out["onset_step"] == 30
+
+
+def test_detectors_are_listed_and_target_is_required(capsys):
+    assert main(["diagnose", "--detectors"]) == 0
+    listed = capsys.readouterr().out
+    for name in ("overflow", "divergence", "precision_mismatch", "routing_collapse", "entropy_collapse",
+                 "reward_collapse"):
+        assert name in listed
+    assert main(["diagnose"]) == 2
