@@ -115,7 +115,9 @@ def main() -> int:
             shutil.rmtree(out)
             verify = report["verify"]
             vtxt = "skipped" if "skipped" in verify else (
-                f"passed={verify['passed']} max|dlogit|={verify.get('max_abs_logit_diff', float('nan')):.2e}")
+                f"passed={verify['passed']} max|dlogit|={verify.get('max_abs_logit_diff', float('nan')):.2e} "
+                f"(tolerance {verify.get('tolerance', float('nan')):.2e}); per layer max|dout|/tolerance "
+                f"{verify.get('max_layer_diff_over_tolerance', float('nan')):.3f} over {len(verify.get('layers', []))} layers")
             print(f"{label:24} {seconds:7.2f} s   peak RSS {rss / 1e6:7.0f} MB   "
                   f"({seconds / seconds_copy:.2f}x copy; RSS target {target_rss / 1e6:.0f} MB: "
                   f"{'met' if rss < target_rss else 'MISSED'}; time target 3x: "
@@ -127,7 +129,9 @@ def main() -> int:
         imp, rss_imp, _ = timed_child([sys.executable, "-c", "import torch, transformers, sklearn, safetensors"])
         print(f"baseline: importing torch+transformers+sklearn alone takes {imp:.2f} s, peak RSS {rss_imp / 1e6:.0f} MB")
     finally:
-        if not args.keep_tmp:
+        if args.keep_tmp:
+            print(f"kept {tmp}")
+        else:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

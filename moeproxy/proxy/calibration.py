@@ -126,7 +126,8 @@ def calibrate(ctx):
         block.register_forward_hook(block_hook)
 
     model = StreamedModel(ctx.ckpt, ctx.adapter, device=ctx.device, on_layer_loaded=attach)
-    model.logits(input_ids, attention)
+    with model:
+        model.hidden_states(input_ids, attention)
     for layer in ctx.layout.layers:
         if layer.layer not in stats:
             raise InputError(f"calibration never reached MoE block {layer.block}")

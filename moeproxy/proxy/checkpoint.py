@@ -222,32 +222,67 @@ _TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "
                  "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def read_tensor(ref: TensorRef, index: int | None = None):
-    """Read a tensor (or row ``index`` along dim 0) with ``os.pread`` into a private buffer.
-
-    Unlike a memory map, nothing of the file stays resident after the tensor is dropped, so the
-    process's resident set holds only what the caller keeps.
-    """
+def torch_dtype(ref: TensorRef):
+    """The torch dtype of a stored tensor (InputError for dtypes torch cannot hold)."""
     import torch
 
     if ref.dtype not in _TORCH_DTYPES:
         raise InputError(f"{ref.file}: tensor {ref.name} has dtype {ref.dtype}, which moeproxy cannot read")
-    if index is None:
-        begin, end, shape = ref.start, ref.end, ref.shape
-    else:
-        ((begin, end),) = slice_ranges(ref, 0, [index])
-        shape = ref.shape[1:]
-    buf = bytearray(end - begin)
+    return getattr(torch, _TORCH_DTYPES[ref.dtype])
+
+
+def _pread_exact(ref: TensorRef, begin: int, view: memoryview) -> None:
     fd = os.open(ref.file, os.O_RDONLY)
     try:
-        view, got = memoryview(buf), 0
-        while got < len(buf):
+        got = 0
+        while got < len(view):
             n = os.preadv(fd, [view[got:]], begin + got)
             if n <= 0:
                 raise InputError(f"{ref.file}: unexpected end of file reading {ref.name}")
             got += n
     finally:
         os.close(fd)
-    if not buf:
-        return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[ref.dtype]))
-    return torch.frombuffer(buf, dtype=getattr(torch, _TORCH_DTYPES[ref.dtype])).reshape(shape)
+
+
+def _bytes_of(tensor) -> memoryview:
+    """A writable byte view of a contiguous CPU tensor's storage."""
+    import torch
+
+    return memoryview(tensor.reshape(-1).view(torch.uint8).numpy()).cast("B")
+
+
+def read_tensor(ref: TensorRef, index: int | None = None):
+    """Read a tensor (or row ``index`` along dim 0) with ``os.pread`` into a fresh tensor.
+
+    Unlike a memory map, nothing of the file stays resident after the tensor is dropped, so the
+    process's resident set holds only what the caller keeps.
+    """
+    import torch
+
+    dtype = torch_dtype(ref)
+    if index is None:
+        begin, end, shape = ref.start, ref.end, ref.shape
+    else:
+        ((begin, end),) = slice_ranges(ref, 0, [index])
+        shape = ref.shape[1:]
+    out = torch.empty(shape, dtype=dtype)
+    if out.numel():
+        view = _bytes_of(out)
+        if len(view) != end - begin:
+            raise InputError(f"{ref.file}: tensor {ref.name} holds {end - begin} bytes, its shape needs {len(view)}")
+        _pread_exact(ref, begin, view)
+    return out
+
+
+def read_tensor_into(ref: TensorRef, out) -> None:
+    """Read ``ref`` straight into ``out`` (a contiguous CPU tensor of its dtype and element count), no copy.
+
+    Used to fill one expert's slot of a preallocated fused tensor; anything else goes through
+    ``read_tensor`` and a copy.
+    """
+    if out.dtype != torch_dtype(ref) or not out.is_contiguous() or out.device.type != "cpu":
+        raise InputError(f"{ref.name}: cannot read {ref.dtype} bytes into a {out.dtype} tensor on {out.device}")
+    if out.numel() != ref.numel:
+        raise InputError(f"{ref.name}: shape {list(ref.shape)} does not fit a slot of shape {list(out.shape)}")
+    if out.numel():
+        _pread_exact(ref, ref.start, _bytes_of(out))

@@ -26,6 +26,7 @@ from moeproxy.proxy.arch import FamilyAdapter
 from moeproxy.proxy.checkpoint import Checkpoint, read_tensor
 from moeproxy.proxy.heap import bound_heap_growth, trim_heap
 from moeproxy.proxy.layout import MoeLayer, MoeLayout
+from moeproxy.proxy.threads import one_intra_op_thread
 
 PROBE_TOKENS = 32
 
@@ -126,7 +127,7 @@ def weight_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFeatur
     act = _activation(ctx.ckpt.config.get("hidden_act", "silu"))
     a = ctx.adapter
     for layer in ctx.layout.layers:
-        with TensorReader(ctx.ckpt) as reader, torch.no_grad():
+        with TensorReader(ctx.ckpt) as reader, torch.no_grad(), one_intra_op_thread():
             router_key = next(k for s, (k, d) in layer.router_tensors.items() if s.endswith("weight"))
             router = _normalise(reader.get(router_key).float())
             parts = [router]

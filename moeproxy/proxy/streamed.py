@@ -9,7 +9,8 @@ keys are converted to transformers' in-memory layout here (per-expert tensors st
 ``gate_up_proj``/``down_proj``; Mixtral's ``block_sparse_moe`` renamed to ``mlp``). Loading uses
 ``load_state_dict(strict=True)``, so a missing, extra or wrongly shaped tensor is an error; the outer
 tensors are checked when the model is opened. ``on_layer_loaded(index, layer)`` lets callers mask
-experts or attach statistics hooks. ``close()`` (or leaving a ``with`` block) removes the hooks and
+experts or attach statistics hooks; ``on_layer_output(index, args, kwargs, output)`` sees each
+decoder layer's call after it ran. ``close()`` (or leaving a ``with`` block) removes the hooks and
 drops the model. Used by the ``activations`` feature method and by post-build verification.
 """
 
@@ -20,7 +21,7 @@ from typing import Callable
 
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
-from moeproxy.proxy.checkpoint import Checkpoint, read_tensor
+from moeproxy.proxy.checkpoint import Checkpoint, read_tensor, read_tensor_into, torch_dtype
 from moeproxy.proxy.heap import bound_heap_growth, trim_heap
 
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
@@ -32,7 +33,7 @@ def checkpoint_quantisation(config: dict) -> str | None:
 
 class StreamedModel:
     def __init__(self, ckpt: Checkpoint, adapter: FamilyAdapter, device="cpu", dtype=None,
-                 on_layer_loaded: Callable | None = None):
+                 on_layer_loaded: Callable | None = None, on_layer_output: Callable | None = None):
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -58,6 +59,9 @@ class StreamedModel:
         for i, layer in enumerate(self.layers):
             self._hooks.append(layer.register_forward_pre_hook(self._make_loader(i)))
             self._hooks.append(layer.register_forward_hook(self._unload))
+            if on_layer_output is not None:
+                self._hooks.append(layer.register_forward_hook(self._make_output_hook(i, on_layer_output),
+                                                               with_kwargs=True))
 
     def close(self) -> None:
         """Remove the loading hooks and drop the model (its hooks would otherwise keep it alive)."""
@@ -120,6 +124,15 @@ class StreamedModel:
             module.load_state_dict(sd, strict=True, assign=True)
         return hook
 
+    def _read_into(self, key: str, slot) -> None:
+        ref = self.ckpt.tensors[key]
+        if tuple(ref.shape) != tuple(slot.shape):
+            raise InputError(f"{self.ckpt.path}: {key} has shape {list(ref.shape)}, expected {list(slot.shape)}")
+        if torch_dtype(ref) == slot.dtype and slot.is_contiguous() and slot.device.type == "cpu":
+            read_tensor_into(ref, slot)
+        else:
+            slot.copy_(read_tensor(ref))
+
     def _to_device(self, tensor):
         if tensor.is_floating_point():
             return tensor.to(device=self.device, dtype=self.dtype)
@@ -128,8 +141,9 @@ class StreamedModel:
     def layer_state_dict(self, index: int) -> dict:
         """The decoder layer's tensors under transformers' in-memory names (experts fused).
 
-        Per-expert tensors are copied one at a time into preallocated fused tensors, so the peak is
-        one layer's experts plus one expert.
+        Per-expert tensors are read one at a time straight into their slots of preallocated fused
+        tensors (or read and converted, when the model's dtype differs from the checkpoint's), so the
+        peak is one layer's experts plus at most one expert.
         """
         import torch
         prefix = f"model.layers.{index}."
@@ -157,9 +171,9 @@ class StreamedModel:
             down = torch.empty((len(ids), *d.shape), dtype=dtype)
             for pos, e in enumerate(ids):
                 names = by_id[e]
-                gate_up[pos, : g.shape[0]] = read_tensor(self.ckpt.tensors[names[a.gate_name]])
-                gate_up[pos, g.shape[0]:] = read_tensor(self.ckpt.tensors[names[a.up_name]])
-                down[pos] = read_tensor(self.ckpt.tensors[names[a.down_name]])
+                self._read_into(names[a.gate_name], gate_up[pos, : g.shape[0]])
+                self._read_into(names[a.up_name], gate_up[pos, g.shape[0]:])
+                self._read_into(names[a.down_name], down[pos])
             sd[f"{local}.experts.gate_up_proj"] = gate_up
             sd[f"{local}.experts.down_proj"] = down
         return {k: self._to_device(v) for k, v in sd.items()}
@@ -181,15 +195,28 @@ class StreamedModel:
         return hook
 
     @staticmethod
+    def _make_output_hook(index: int, on_layer_output: Callable):
+        def hook(layer, args, kwargs, output):
+            on_layer_output(index, args, kwargs, output)
+        return hook
+
+    @staticmethod
     def _unload(module, args, output):
         module.to("meta")
         trim_heap()
 
     def logits(self, input_ids, attention_mask=None):
+        """The LM head's logits for every position."""
+        return self._run(self.model, input_ids, attention_mask).logits
+
+    def hidden_states(self, input_ids, attention_mask=None):
+        """The final-norm hidden states (no LM head: calibration needs no vocabulary-sized logits)."""
+        return self._run(self.model.model, input_ids, attention_mask).last_hidden_state
+
+    def _run(self, module, input_ids, attention_mask):
         import torch
 
         with torch.no_grad():
-            out = self.model(input_ids=input_ids.to(self.device),
-                             attention_mask=None if attention_mask is None else attention_mask.to(self.device),
-                             use_cache=False)
-        return out.logits
+            return module(input_ids=input_ids.to(self.device),
+                          attention_mask=None if attention_mask is None else attention_mask.to(self.device),
+                          use_cache=False)

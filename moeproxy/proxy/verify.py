@@ -20,6 +20,7 @@ from moeproxy.proxy.arch import FamilyAdapter
 from moeproxy.proxy.checkpoint import Checkpoint
 from moeproxy.proxy.masking import mask_experts, moe_block, router_module
 from moeproxy.proxy.streamed import StreamedModel, checkpoint_quantisation
+from moeproxy.proxy.threads import one_intra_op_thread
 
 VERIFY_TOKENS = 12
 
@@ -66,17 +67,10 @@ class LayerCall:
         return self.args[0] if self.args else self.kwargs["hidden_states"]
 
 
-def _record_layer_calls(model: StreamedModel) -> dict[int, LayerCall]:
-    calls: dict[int, LayerCall] = {}
-
-    def recorder(index):
-        def hook(layer, args, kwargs, output):
-            calls[index] = LayerCall(_detached(args), _detached(kwargs), _hidden(output).detach().clone())
-        return hook
-
-    for i, layer in enumerate(model.layers):
-        model._hooks.append(layer.register_forward_hook(recorder(i), with_kwargs=True))
-    return calls
+def _layer_call_recorder(calls: dict[int, LayerCall]):
+    def record(index, args, kwargs, output):
+        calls[index] = LayerCall(_detached(args), _detached(kwargs), _hidden(output).detach().clone())
+    return record
 
 
 def layer_tolerance(dtype, reference_out, reference_in) -> float:
@@ -148,20 +142,22 @@ def verify_proxy(src: Checkpoint, out: Checkpoint, adapter: FamilyAdapter, kept:
     vocab = int(src.config.get("vocab_size", 2))
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, vocab, (2, tokens), generator=gen)
+    reference: dict[int, LayerCall] = {}
     try:
-        with StreamedModel(src, adapter, device=device, dtype=None, on_layer_loaded=mask) as full:
-            reference = _record_layer_calls(full)
-            full_logits = full.logits(input_ids).float().cpu()
-        with StreamedModel(out, adapter, device=device, on_layer_loaded=check_layer) as proxy:
-            exact = proxy.dtype == torch.float32
-            decoder_layers = len(proxy.layers)
-            proxy_logits = proxy.logits(input_ids).float().cpu()
+        with one_intra_op_thread():
+            with StreamedModel(src, adapter, device=device, dtype=None, on_layer_loaded=mask,
+                               on_layer_output=_layer_call_recorder(reference)) as full:
+                full_logits = full.logits(input_ids).float().cpu()
+            with StreamedModel(out, adapter, device=device, on_layer_loaded=check_layer) as proxy:
+                exact = proxy.dtype == torch.float32
+                decoder_layers = len(proxy.layers)
+                proxy_logits = proxy.logits(input_ids).float().cpu()
         result["loads"] = True
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         return result
     finally:
-        reference = None
+        reference.clear()  # recorded activations are not needed past this point
     diff = (proxy_logits - full_logits).abs().max().item()
     scale = full_logits.abs().max().item()
     tol = (1e-4 if exact else 2e-2) * max(1.0, scale)
