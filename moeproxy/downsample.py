@@ -20,6 +20,8 @@ This module and ``moeproxy.store`` are the only places that write SQL; it reads 
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pandas as pd
 
@@ -71,12 +73,14 @@ ORDER BY metric, latest DESC, attempt, step
 _M4_BUCKETS_SQL = """
 SELECT min(step), arg_min(value, step), max(step), arg_max(value, step),
        arg_min(step, value), min(value), arg_max(step, value), max(value)
-FROM scalars WHERE run_id = $run AND metric = $m AND step BETWEEN $lo AND $hi AND isfinite(value)
+FROM scalars WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric = $m AND step BETWEEN $lo AND $hi
+  AND isfinite(value)
 GROUP BY least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1)
 """
 _NONFINITE_SQL = """
 SELECT step, value FROM scalars
-WHERE run_id = $run AND metric = $m AND step BETWEEN $lo AND $hi AND NOT isfinite(value) ORDER BY step
+WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric = $m AND step BETWEEN $lo AND $hi
+  AND NOT isfinite(value) ORDER BY step
 """
 
 
@@ -85,8 +89,8 @@ def _kind(values: np.ndarray) -> np.ndarray:
 
 
 def _m4_one_series(con, run_id: int, metric: str, lo: int, hi: int, buckets: int,
-                   max_nonfinite: int) -> pd.DataFrame:
-    params = {"run": run_id, "m": metric, "lo": lo, "hi": hi}
+                   max_nonfinite: int, rows_at: tuple[int, int]) -> pd.DataFrame:
+    params = {"run": run_id, "m": metric, "lo": lo, "hi": hi, "r0": rows_at[0], "r1": rows_at[1]}
     rows = con.execute(_M4_BUCKETS_SQL, {**params, "buckets": buckets}).fetchnumpy()
     cols = list(rows.values())
     steps = np.concatenate([np.asarray(cols[i], dtype=np.int64) for i in (0, 2, 4, 6)]) if len(cols[0]) else \
@@ -112,7 +116,8 @@ def _m4_one_series(con, run_id: int, metric: str, lo: int, hi: int, buckets: int
 
 # Step range and shape of the stored rows: decides between the fast and the general statement.
 _PROFILE_SQL = f"""
-SELECT min(step), max(step), count(DISTINCT attempt), count(*) FILTER (WHERE rank <> {GLOBAL_RANK}) FROM ({{scan}})
+SELECT min(step), max(step), count(DISTINCT attempt), count(*) FILTER (WHERE rank <> {GLOBAL_RANK}), count(*)
+FROM ({{scan}})
 """
 
 
@@ -126,12 +131,66 @@ def _scan(n_metrics: int, ranged: bool) -> str:
     """
     step = " AND step BETWEEN $lo AND $hi" if ranged else ""
     return " UNION ALL ".join(
-        f"SELECT metric, step, attempt, rank, value FROM scalars WHERE run_id = $run AND metric = $m{i}{step}"
+        f"SELECT metric, step, attempt, rank, value FROM scalars "
+        f"WHERE rowid BETWEEN $r{i}a AND $r{i}b AND run_id = $run AND metric = $m{i}{step}"
         for i in range(n_metrics))
 
 
-def _metric_params(metrics: list[str]) -> dict:
-    return {f"m{i}": m for i, m in enumerate(metrics)}
+def _metric_params(metrics: list[str], ranges: dict[str, tuple[int, int]] | None = None) -> dict:
+    params = {f"m{i}": m for i, m in enumerate(metrics)}
+    for i, m in enumerate(metrics):
+        params[f"r{i}a"], params[f"r{i}b"] = (ranges or {}).get(m, _ALL_ROWS)
+    return params
+
+
+# -- where each series lives: a row-id range per (run, metric) -----------------------------------
+# DuckDB keeps min/max statistics of only the first 8 bytes of a string, so ``metric = 'x'`` cannot
+# skip row groups when names share a prefix ('routing_entropy/layer_3', 'actor/pg_...'): it reads
+# every row group of the run. A row-id range can. The ranges of a run (one GROUP BY over the run,
+# about a second for 20 M rows) are kept per (database file, data version, run): every write bumps
+# the data version, so a cached range never outlives the rows it points at; and every query still
+# filters on run and metric, and the profile query checks the row count, so a stale range can only
+# fall back to the plain filter, never return another series' rows.
+_ALL_ROWS = (0, 2**62)
+_SERIES_INDEX: OrderedDict = OrderedDict()
+_SERIES_INDEX_SIZE = 16
+SERIES_INDEX_MIN_ROWS = 1_000_000  # smaller runs read fast enough without it
+
+
+def _series_ranges(con, store: Store, run_id: int) -> dict[str, tuple[int, int, int]]:
+    """metric -> (first row id, last row id, rows) of one run; empty for small or in-memory stores."""
+    if store.path is None:
+        return {}
+    version = con.execute("SELECT value FROM meta WHERE key = 'data_version'").fetchall()[0][0]
+    key = (str(store.path), version, run_id)
+    if key in _SERIES_INDEX:
+        _SERIES_INDEX.move_to_end(key)
+        return _SERIES_INDEX[key]
+    total = con.execute("SELECT rows FROM (SELECT sum(rows) AS rows FROM sources WHERE run_id = $run)",
+                        {"run": run_id}).fetchall()[0][0]
+    ranges: dict[str, tuple[int, int, int]] = {}
+    if total and total >= SERIES_INDEX_MIN_ROWS:
+        ranges = {m: (int(a), int(b), int(n)) for m, a, b, n in con.execute(
+            "SELECT metric, min(rowid), max(rowid), count(*) FROM scalars WHERE run_id = $run GROUP BY metric",
+            {"run": run_id}).fetchall()}
+    _SERIES_INDEX[key] = ranges
+    while len(_SERIES_INDEX) > _SERIES_INDEX_SIZE:
+        _SERIES_INDEX.popitem(last=False)
+    return ranges
+
+
+def _profile(con, store: Store, run_id: int, metrics: list[str]) -> tuple[tuple, dict[str, tuple[int, int]]]:
+    """(first step, last step, attempts, per-rank rows) of the metrics, and the row-id ranges to use."""
+    index = _series_ranges(con, store, run_id)
+    ranges = {m: index[m][:2] for m in metrics if m in index}
+    row = con.execute(_PROFILE_SQL.format(scan=_scan(len(metrics), False)),
+                      {"run": run_id, **_metric_params(metrics, ranges)}).fetchall()[0]
+    if ranges and row[4] != sum(index[m][2] for m in ranges):  # rows moved: read without the ranges
+        _SERIES_INDEX.clear()
+        ranges = {}
+        row = con.execute(_PROFILE_SQL.format(scan=_scan(len(metrics), False)),
+                          {"run": run_id, **_metric_params(metrics)}).fetchall()[0]
+    return row[:4], ranges
 
 
 def metric_names(store: Store, run: str, prefix: str = "") -> list[str]:
@@ -148,7 +207,8 @@ def metric_names(store: Store, run: str, prefix: str = "") -> list[str]:
 _HEATMAP_SQL = """
 WITH raw AS (
     SELECT metric, step, rank, attempt, value FROM scalars
-    WHERE run_id = $run AND metric >= $p_lo AND metric < $p_hi AND step BETWEEN $lo AND $hi
+    WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric >= $p_lo AND metric < $p_hi
+      AND step BETWEEN $lo AND $hi
     {latest_only})
 SELECT metric,
        least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket,
@@ -173,8 +233,7 @@ def step_range(store: Store, run: str, metrics: list[str]) -> tuple[int, int] | 
         metrics = list(dict.fromkeys(metrics))
         if not metrics:
             return None
-        lo, hi, _, _ = con.execute(_PROFILE_SQL.format(scan=_scan(len(metrics), False)),
-                                   {"run": run_id, **_metric_params(metrics)}).fetchall()[0]
+        (lo, hi, _, _), _ = _profile(con, store, run_id, metrics)
     return None if lo is None else (int(lo), int(hi))
 
 
@@ -193,8 +252,7 @@ def m4_series(store: Store, run: str, metrics: list[str], lo: int | None = None,
         return pd.DataFrame({c: [] for c in COLUMNS})
     with store.read() as con:
         run_id = _run_id(con, store, run)
-        first, last, attempts, per_rank = con.execute(_PROFILE_SQL.format(scan=_scan(len(metrics), False)),
-                                                      {"run": run_id, **_metric_params(metrics)}).fetchall()[0]
+        (first, last, attempts, per_rank), ranges = _profile(con, store, run_id, metrics)
         if first is None:
             return pd.DataFrame({c: [] for c in COLUMNS})
         lo = int(first) if lo is None else lo
@@ -202,13 +260,13 @@ def m4_series(store: Store, run: str, metrics: list[str], lo: int | None = None,
         if hi < lo:
             lo, hi = hi, lo
         if attempts <= 1 and per_rank == 0:
-            parts = [_m4_one_series(con, run_id, m, int(lo), int(hi), int(buckets), int(max_nonfinite))
-                     for m in metrics]
+            parts = [_m4_one_series(con, run_id, m, int(lo), int(hi), int(buckets), int(max_nonfinite),
+                                    ranges.get(m, _ALL_ROWS)) for m in metrics]
             frame = pd.concat(parts, ignore_index=True).sort_values(["metric", "step"], kind="stable")
             return frame.reset_index(drop=True).astype(
                 {"metric": str, "step": "int64", "value": "float64", "attempt": "int64", "latest": bool, "kind": str})
         sql = _M4_SQL.format(scan=_scan(len(metrics), True))
-        frame = con.execute(sql, {"run": run_id, **_metric_params(metrics), "lo": int(lo), "hi": int(hi),
+        frame = con.execute(sql, {"run": run_id, **_metric_params(metrics, ranges), "lo": int(lo), "hi": int(hi),
                                       "buckets": int(buckets), "max_nonfinite": int(max_nonfinite)}).df()
     return frame.astype({"metric": str, "step": "int64", "value": "float64", "attempt": "int64",
                          "latest": bool, "kind": str})
@@ -230,10 +288,16 @@ def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_"
     p_lo, p_hi = _prefix_bounds(prefix)
     with store.read() as con:
         run_id = _run_id(con, store, run)
-        params = {"run": run_id, "p_lo": p_lo, "p_hi": p_hi}
-        first, last, attempts = con.execute(
-            "SELECT min(step), max(step), count(DISTINCT attempt) FROM scalars "
-            "WHERE run_id = $run AND metric >= $p_lo AND metric < $p_hi", params).fetchall()[0]
+        index = {m: r for m, r in _series_ranges(con, store, run_id).items() if m.startswith(prefix)}
+        r0, r1 = (min(r[0] for r in index.values()), max(r[1] for r in index.values())) if index else _ALL_ROWS
+        params = {"run": run_id, "p_lo": p_lo, "p_hi": p_hi, "r0": r0, "r1": r1}
+        profile = ("SELECT min(step), max(step), count(DISTINCT attempt), count(*) FROM scalars "
+                   "WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric >= $p_lo AND metric < $p_hi")
+        first, last, attempts, rows = con.execute(profile, params).fetchall()[0]
+        if index and rows != sum(r[2] for r in index.values()):  # rows moved: read without the range
+            _SERIES_INDEX.clear()
+            params.update(r0=_ALL_ROWS[0], r1=_ALL_ROWS[1])
+            first, last, attempts, rows = con.execute(profile, params).fetchall()[0]
         if first is None:
             return pd.DataFrame({c: [] for c in ["metric", "bucket", "step", "value", "nonfinite"]})
         lo = int(first) if lo is None else lo

@@ -122,3 +122,33 @@ def test_unknown_run_and_empty_request(store):
     assert m4_series(store, "r", []).empty
     with pytest.raises(ValueError, match="buckets"):
         m4_series(store, "r", ["loss"], buckets=0)
+
+
+def test_series_row_id_index_gives_the_same_answer_and_survives_stale_ranges(tmp_path, monkeypatch):
+    from moeproxy import downsample
+
+    monkeypatch.setattr(downsample, "SERIES_INDEX_MIN_ROWS", 0)
+    store = Store(tmp_path / "runs.duckdb")
+    values = np.random.default_rng(1).normal(1.0, 0.1, 3_000)
+    values[1_500] = math.inf
+    put(store, "r", pd.concat([series(f"routing_entropy/layer_{i}", values + i) for i in range(3)]
+                              + [series("loss", values)]))
+    downsample._SERIES_INDEX.clear()
+    plain = m4_series(store, "r", ["loss", "routing_entropy/layer_1"], buckets=50)
+    assert downsample._SERIES_INDEX  # the index was built for the on-disk store
+    ranges = next(iter(downsample._SERIES_INDEX.values()))
+    assert set(ranges) == {"loss", "routing_entropy/layer_0", "routing_entropy/layer_1", "routing_entropy/layer_2"}
+    assert all(n == 3_000 for _, _, n in ranges.values())
+    again = m4_series(store, "r", ["loss", "routing_entropy/layer_1"], buckets=50)
+    pd.testing.assert_frame_equal(plain, again)
+    heat = layer_heatmap(store, "r", buckets=10)
+    # a stale cache entry (row ids that point elsewhere) falls back to the plain filter
+    key = next(iter(downsample._SERIES_INDEX))
+    downsample._SERIES_INDEX[key] = {m: (0, 5, n) for m, (_, _, n) in ranges.items()}
+    pd.testing.assert_frame_equal(plain, m4_series(store, "r", ["loss", "routing_entropy/layer_1"], buckets=50))
+    downsample._SERIES_INDEX[key] = {m: (0, 5, n) for m, (_, _, n) in ranges.items()}
+    pd.testing.assert_frame_equal(heat, layer_heatmap(store, "r", buckets=10))
+    # a write bumps the data version: the next read builds a fresh index
+    put(store, "s", series("loss", values))
+    m4_series(store, "r", ["loss"])
+    assert list(downsample._SERIES_INDEX)[-1][1] == str(store.data_version())
