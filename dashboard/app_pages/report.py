@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from dashboard import queries
@@ -22,17 +24,31 @@ proxy = st.selectbox("Proxy run (optional)", ["(none)"] + proxies,
                      index=1 + proxies.index(linked[0]) if linked and linked[0] in proxies else 0,
                      key="report_proxy")
 proxy = None if proxy == "(none)" else proxy
+recipe_path = None
+if proxy is not None:
+    from moeproxy import jobs
+
+    built = [j for j in jobs.list_jobs(jobs.jobs_root(db)) if j.get("state") == "succeeded"
+             and (Path(j["job_dir"]) / "proxy" / "proxy_report.json").exists()]
+    labels = {f"job {j['job_id']} ({(j.get('spec') or {}).get('params', {}).get('src', '?')})":
+              str(Path(j["job_dir"]) / "proxy" / "proxy_report.json") for j in built}
+    choice = st.selectbox("Proxy recipe", ["(next to the proxy run's logs, if any)"] + list(labels),
+                          key="report_recipe", help="The proxy_report.json of a finished build job")
+    recipe_path = labels.get(choice)
 
 
 @st.cache_data(ttl=600, max_entries=8, show_spinner="Rendering the report ...")
-def report_html(db: str, version: int, run: str, proxy: str | None) -> str:
+def report_html(db: str, version: int, run: str, proxy: str | None, recipe_path: str | None) -> str:
+    import json
+
     from moeproxy.report import render_report
 
-    return render_report(queries.store(), run, proxy)
+    recipe = json.loads(Path(recipe_path).read_text()) if recipe_path else None
+    return render_report(queries.store(), run, proxy, proxy_report=recipe)
 
 
 try:
-    document = report_html(db, version, run, proxy)
+    document = report_html(db, version, run, proxy, recipe_path)
 except MoeproxyError as exc:
     st.error(str(exc))
     st.stop()
