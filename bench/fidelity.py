@@ -45,7 +45,7 @@ def run_grid(args) -> list[dict]:
         for ratio in args.ratios:
             for scenario in args.scenarios:
                 plan.append((scenario, "cluster", ratio, seed))
-        for ratio in args.baseline_ratios:
+        for ratio in (args.baseline_ratios if seed in (args.baseline_seeds or args.seeds) else []):
             for kind in args.baselines:
                 for scenario in args.scenarios:
                     plan.append((scenario, kind, ratio, seed))
@@ -137,6 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument("--heal-steps", type=int, default=100)
     parser.add_argument("--baselines", nargs="*", default=["random", "dense"], choices=["random", "dense"])
     parser.add_argument("--baseline-ratios", nargs="*", type=float, default=[0.25])
+    parser.add_argument("--baseline-seeds", nargs="*", type=int, default=None,
+                        help="seeds the baselines run at (default: every seed)")
     parser.add_argument("--out", default="bench/out/fidelity")
     parser.add_argument("--resume", action="store_true", help="reuse pairs whose fidelity.json exists")
     args = parser.parse_args(argv)

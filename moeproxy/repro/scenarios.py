@@ -14,9 +14,9 @@ FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed 
   rate is raised x10 and clipping removed (a mis-set peak): gradients grow, the scaled norm passes
   65504 (true norm > 32), the norm is inf and the step is skipped (verl FSDP behaviour), again and
   again while the gradients stay large.
-- ``divergence``: the same learning-rate jump x10 with clipping removed, in fp32: the policy is
-  kicked away from the reference, the grad norm spikes by 10x and more and the KL to the reference
-  climbs, all finite.
+- ``divergence``: the same learning-rate jump x10 with clipping removed, in fp32, with a strong KL
+  anchor (coefficient 1.0): the policy is kicked away from the reference, the KL term pulls back at
+  the raised learning rate and the grad norm stays 10-100x above its level, all finite.
 - ``precision_mismatch``: from the fault step the rollout engine samples from an FP8 (e5m2,
   per-tensor scaled) copy of the policy computing in bf16, as a quantised inference engine does,
   while the trainer computes log-probs in fp32 and uses the engine's log-probs as pi_old without
@@ -59,8 +59,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("overflow", "fp16 trainer with a static loss scale; learning rate raised at the fault step",
                  "overflow", {"compute_dtype": "float16", "loss_scale": 2048.0, "lr_multiplier": 10.0,
                               "clip_after_fault": False}, fault_at=0.4),
-        Scenario("divergence", "learning rate x10 and gradient clipping removed at the fault step (fp32)",
-                 "divergence", {"lr_multiplier": 10.0, "clip_after_fault": False}, fault_at=0.4),
+        Scenario("divergence", "learning rate x10 and gradient clipping removed at the fault step (fp32, KL coefficient 1.0)",
+                 "divergence", {"lr_multiplier": 10.0, "clip_after_fault": False, "kl_coef": 1.0}, fault_at=0.4),
         Scenario("precision_mismatch", "rollouts from an FP8 engine copy from the fault step, trainer fp32, engine "
                  "log-probs used as pi_old without correction", "precision_mismatch",
                  {"rollout_dtype_after_fault": "float8_e5m2", "old_logprobs_from_rollout": True}, fault_at=0.4),
