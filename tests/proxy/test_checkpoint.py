@@ -43,3 +43,23 @@ def test_sharded_checkpoint_keeps_its_shards_and_index(tmp_path):
     assert index["metadata"]["total_size"] == report["bytes_after"] < report["bytes_before"]
     assert (tmp_path / "out" / "tokenizer_config.json").exists()
     AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+
+
+def test_read_tensor_into_fills_a_fused_slot_exactly(tmp_path):
+    import pytest
+
+    from moeproxy.errors import InputError
+    from moeproxy.proxy.checkpoint import read_tensor_into
+
+    a = torch.randn(6, 4).to(torch.bfloat16)
+    save_file({"a": a, "f": torch.randn(6, 4)}, str(tmp_path / "x.safetensors"))
+    refs, _ = read_header(tmp_path / "x.safetensors")
+    fused = torch.zeros(3, 12, 4, dtype=torch.bfloat16)
+    read_tensor_into(refs["a"], fused[1, 3:9])
+    assert torch.equal(fused[1, 3:9], a) and not fused[0].any() and not fused[2].any()
+    assert not fused[1, :3].any() and not fused[1, 9:].any()
+    assert torch.equal(read_tensor(refs["a"]), a) and torch.equal(read_tensor(refs["a"], 2), a[2])
+    with pytest.raises(InputError, match="cannot read F32 bytes into a torch.bfloat16 tensor"):
+        read_tensor_into(refs["f"], fused[1, 3:9])
+    with pytest.raises(InputError, match=r"shape \[6, 4\] does not fit a slot of shape \[5, 4\]"):
+        read_tensor_into(refs["a"], fused[1, 3:8])
