@@ -162,6 +162,15 @@ def verify_proxy(src: Checkpoint, out: Checkpoint, adapter: FamilyAdapter, kept:
     scale = full_logits.abs().max().item()
     tol = (1e-4 if exact else 2e-2) * max(1.0, scale)
     failed = [entry["layer"] for entry in layers if not entry["passed"]]
+    if failed:
+        worst = max((e for e in layers if not e["passed"]), key=lambda e: e["max_abs_diff"] / e["tolerance"])
+        result["error"] = (f"decoder layers {failed} differ from the masked full model on the same inputs "
+                           f"(layer {worst['layer']}: max |diff| {worst['max_abs_diff']:.3g} > tolerance "
+                           f"{worst['tolerance']:.3g})")
+    elif len(layers) != decoder_layers:
+        result["error"] = f"only {len(layers)} of {decoder_layers} decoder layers were compared"
+    elif diff > tol:
+        result["error"] = f"logits differ by {diff:.3g} > tolerance {tol:.3g}"
     result.update(forward_checked=True, max_abs_logit_diff=diff, tolerance=tol, tokens=int(input_ids.numel()),
                   layers=layers, layers_failed=failed,
                   max_layer_diff_over_tolerance=max((e["max_abs_diff"] / e["tolerance"] for e in layers), default=0.0),

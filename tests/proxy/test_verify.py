@@ -65,6 +65,7 @@ def test_a_perturbed_expert_fails_at_its_layer(tiny_checkpoints, tmp_path):
     result = run_verify(tiny_checkpoints["qwen3_moe"], tmp_path / "out", "qwen3_moe", kept)
     assert not result["passed"]
     assert result["layers_failed"] == [1]
+    assert result["error"].startswith("decoder layers [1] differ from the masked full model")
     assert result["layers"][0]["max_abs_diff"] == 0.0
 
 
