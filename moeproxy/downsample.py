@@ -116,7 +116,7 @@ def _m4_one_series(con, run_id: int, metric: str, lo: int, hi: int, buckets: int
 
 # Step range and shape of the stored rows: decides between the fast and the general statement.
 _PROFILE_SQL = f"""
-SELECT min(step), max(step), count(DISTINCT attempt), count(*) FILTER (WHERE rank <> {GLOBAL_RANK}), count(*)
+SELECT min(step), max(step), 1 + (max(attempt) - min(attempt)), count(*) FILTER (WHERE rank <> {GLOBAL_RANK}), count(*)
 FROM ({{scan}})
 """
 
@@ -291,7 +291,7 @@ def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_"
         index = {m: r for m, r in _series_ranges(con, store, run_id).items() if m.startswith(prefix)}
         r0, r1 = (min(r[0] for r in index.values()), max(r[1] for r in index.values())) if index else _ALL_ROWS
         params = {"run": run_id, "p_lo": p_lo, "p_hi": p_hi, "r0": r0, "r1": r1}
-        profile = ("SELECT min(step), max(step), count(DISTINCT attempt), count(*) FROM scalars "
+        profile = ("SELECT min(step), max(step), 1 + (max(attempt) - min(attempt)), count(*) FROM scalars "
                    "WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric >= $p_lo AND metric < $p_hi")
         first, last, attempts, rows = con.execute(profile, params).fetchall()[0]
         if index and rows != sum(r[2] for r in index.values()):  # rows moved: read without the range
