@@ -16,7 +16,7 @@ from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import all_detectors
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
-from moeproxy.diagnose.verdict import choose_verdict, order_findings
+from moeproxy.diagnose.verdict import choose_verdict, order_findings, promote_damaging_spikes
 
 
 def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
@@ -30,6 +30,7 @@ def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
     findings: list[Finding] = []
     for name in names:
         findings.extend(registry[name].detect(run, config))
+    findings = promote_damaging_spikes(findings, run.span, config.tie_fraction)
     verdict, onset = choose_verdict(findings, run.span, config.tie_fraction)
     return {"verdict": verdict, "onset_step": onset,
             "findings": [f.to_dict() for f in order_findings(findings, verdict)]}

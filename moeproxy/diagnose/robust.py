@@ -161,7 +161,10 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
         # accept the knee only inside the pre-exceedance stretch, and only for a ramp: the
         # records between knee and exceedance already moved, on average
         moved = _excess_over_trend(v, kn, k, direction) if kn < k else 0.0
-        if max(limit, min_history) <= kn < k and moved > max(scale, 0.15 * min_delta):
+        # a ramp's stretch before the exceedance carries a fair share of the move (a noisy dip
+        # before a step does not)
+        share = 0.25 * direction * (v[t] - med[t])
+        if max(limit, min_history) <= kn < k and moved > max(scale, 0.15 * min_delta, share):
             k = kn
     return k
 

@@ -9,8 +9,31 @@ then reward/length), so an overflow that follows a divergence is reported as its
 
 from __future__ import annotations
 
-from moeproxy.diagnose.taxonomy import (CAUSAL_ORDER, CRITICAL, HEALTHY, MAIN_CATEGORIES,
+from moeproxy.diagnose.taxonomy import (CAUSAL_ORDER, CRITICAL, ENTROPY_COLLAPSE, HEALTHY,
+                                        KL_EXPLOSION, LENGTH_BLOWUP, MAIN_CATEGORIES, REWARD_COLLAPSE,
                                         SEVERITIES, Finding)
+
+
+# Lasting changes that a single bad update can leave behind.
+DAMAGE_CATEGORIES = (KL_EXPLOSION, REWARD_COLLAPSE, ENTROPY_COLLAPSE, LENGTH_BLOWUP)
+
+
+def promote_damaging_spikes(findings: list[Finding], span: int, tie_fraction: float) -> list[Finding]:
+    """A large grad-norm/loss spike that recovers is a blip, unless a lasting change (KL to the
+    reference, reward, entropy, length) starts with it: then the spike was the update that
+    diverged the policy, and it is reported as a critical divergence."""
+    tie = max(0.0, tie_fraction * span)
+    damage = [f for f in findings if f.severity == CRITICAL and f.category in DAMAGE_CATEGORIES]
+    out = []
+    for f in findings:
+        if f.rule == "large_spike" and f.severity != CRITICAL:
+            hit = next((d for d in damage if 0 <= d.onset_step - f.onset_step <= tie), None)
+            if hit is not None:
+                f = Finding(f.category, f.onset_step, CRITICAL, f.metric, "damaging_spike",
+                            f"{f.evidence}, but {hit.metric} changed for good from step {hit.onset_step} "
+                            f"({hit.category}): the update at step {f.onset_step} diverged the policy")
+        out.append(f)
+    return out
 
 
 def choose_verdict(findings: list[Finding], span: int, tie_fraction: float) -> tuple[str, int | None]:

@@ -49,7 +49,8 @@ def test_single_blips_are_not_divergence():
         g[i] *= 25
     res = diagnose_series({"grad_norm": series(g)})
     assert res["verdict"] == "healthy"
-    assert any(f["rule"] == "isolated_spike" and f["severity"] == "warning" for f in res["findings"])
+    spikes = [f for f in res["findings"] if f["rule"] in ("isolated_spike", "large_spike")]
+    assert spikes and all(f["severity"] == "warning" for f in spikes)
 
 
 def test_sustained_blowup_then_nan_is_divergence_first():
@@ -261,3 +262,17 @@ def test_config_round_trips_through_json():
     assert DiagnoseConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     res = diagnose_series({"grad_norm": series(noisy(50))}, config=cfg)
     assert res["verdict"] == "healthy"
+
+
+def test_a_spike_that_leaves_lasting_damage_is_divergence():
+    rng = np.random.default_rng(8)
+    n = 40
+    g = 6.5 * np.exp(rng.normal(0, 0.2, n))
+    g[16], g[17] = 100.0, 30.0                       # the bad update, then back in band
+    kl = 0.03 * np.exp(rng.normal(0, 0.3, n))
+    kl[16:] = 3.0 * np.exp(rng.normal(0, 0.2, n - 16))  # the policy moved away for good
+    reward = 0.68 + 0.05 * rng.normal(0, 1, n)
+    reward[17:] = 0.02
+    res = diagnose_series({"grad_norm": series(g), "kl": series(kl), "reward_mean": series(reward)})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 17
+    assert res["findings"][0]["rule"] == "damaging_spike"

@@ -4,8 +4,8 @@ On log10 of the positive values (zeros, e.g. GRPO groups with zero reward varian
 signal), a departure must stand out from the run's own recent noise (robust z) and move by at
 least a factor (3x grad norm, 1.25x loss). It is critical when it lasts: >= 2 records that never
 come back (or that run into the first non-finite value: the overflow is then a consequence), or
->= 3 records that later recover. Shorter spikes that recover (even 10x, Megatron's spiky factor)
-are blips: reported as warnings, never the verdict. Records of the
+>= 3 records that later recover. Shorter spikes that recover are blips: warnings; a large one (10x,
+Megatron's spiky factor) becomes critical only when a lasting change starts with it (verdict.py). Records of the
 fp16 loss-scale search at start-up are ignored; RL policy losses (signed, near zero) are skipped.
 """
 
@@ -22,6 +22,7 @@ from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 
 
 RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
+LARGE_SPIKE = 10.0  # Megatron's SPIKY_LOSS_FACTOR
 
 
 def _candidates(run: RunSeries) -> list[tuple[str, str]]:
@@ -87,6 +88,12 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
                            f"and {int(steps[top])}, {n_rec} records above its noise band{tail}"))
         blips = [b for b in blips if b[0] < int(steps[d.onset])]
         break
+    for step, peak in blips:
+        if peak >= LARGE_SPIKE:  # reported one by one: verdict.py promotes one that did lasting damage
+            out.append(Finding(DIVERGENCE, step, WARNING, name, "large_spike",
+                               f"{name} spiked to {fmt(peak)}x its median at step {step} and came back "
+                               f"within 2 records"))
+    blips = [b for b in blips if b[1] < LARGE_SPIKE]
     if blips:
         step, peak = max(blips, key=lambda b: b[1])
         out.append(Finding(DIVERGENCE, blips[0][0], WARNING, name, "isolated_spike",
