@@ -116,7 +116,8 @@ if checkpoint is not None:
         st.subheader(f"Plan: {planned['family']}, {planned['moe_layers']} MoE layers")
         c1, c2, c3 = st.columns(3)
         c1.metric("Accelerators", f"{planned['full']['accelerators']} -> {planned['proxy']['accelerators']}",
-                  f"-{planned['accelerator_reduction']:.0%}", delta_color="inverse")
+                  f"-{planned['accelerator_reduction']:.0%}" if planned["accelerator_reduction"] > 0 else None,
+                  delta_color="inverse")
         c2.metric("Training memory, full -> proxy (GiB)",
                   f"{planned['full']['train_state_bytes'] / 2**30:,.3g} -> {planned['proxy']['train_state_bytes'] / 2**30:,.3g}")
         c3.metric("Step cost ratio (full/proxy)", f"{planned['step_cost_ratio']:.2f}")
