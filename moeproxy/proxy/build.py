@@ -215,12 +215,15 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
 
     # 4. verify the written proxy, then finish the report
     if spec.verify:
-        report_progress("verify", 0, 1, "loading proxy and masked full model")
+        steps = 2 * int(ckpt.config.get("num_hidden_layers") or len(kept))
+        report_progress("verify", 0, steps, "masked full model, then proxy, layer by layer")
         t_verify = time.time()
         report["verify"] = verify_proxy(ckpt, open_checkpoint(out), adapter, kept,
-                                        top_k=k_proxy if spec.top_k == "scale" else None, device=device, seed=spec.seed)
+                                        top_k=k_proxy if spec.top_k == "scale" else None, device=device, seed=spec.seed,
+                                        progress=lambda done, total, message: report_progress("verify", min(done, total - 1),
+                                                                                             total, message))
         report["seconds"]["verify"] = round(time.time() - t_verify, 3)
-        report_progress("verify", 1, 1, "passed" if report["verify"]["passed"] else "FAILED")
+        report_progress("verify", steps, steps, "passed" if report["verify"]["passed"] else "FAILED")
     else:
         report["verify"] = {"skipped": "--no-verify"}
     report["seconds"]["total"] = round(time.time() - started, 3)

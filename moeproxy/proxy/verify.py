@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
@@ -90,8 +91,12 @@ def layer_tolerance(dtype, reference_out, reference_in) -> float:
 
 
 def verify_proxy(src: Checkpoint, out: Checkpoint, adapter: FamilyAdapter, kept: dict[int, list[int]],
-                 top_k: int | None = None, device="cpu", seed: int = 0, tokens: int = VERIFY_TOKENS) -> dict:
+                 top_k: int | None = None, device="cpu", seed: int = 0, tokens: int = VERIFY_TOKENS,
+                 progress: Callable[[int, int, str], None] | None = None) -> dict:
     """``kept`` maps decoder layer index -> original expert ids kept. Returns the report's verify dict.
+
+    ``progress(done, total, message)`` is called after every decoder layer of either pass
+    (total = 2 x decoder layers).
 
     Two streamed passes, one model at a time, one decoder layer resident at a time:
     1. the full model with the removed experts masked (the reference) runs a seeded few-token batch;
@@ -130,6 +135,16 @@ def verify_proxy(src: Checkpoint, out: Checkpoint, adapter: FamilyAdapter, kept:
 
     layers: list[dict] = []
 
+    steps = 2 * int(src.config.get("num_hidden_layers") or len(kept))
+    step = iter(range(1, steps + 1))
+    report_progress = progress or (lambda *a: None)
+    reference: dict[int, LayerCall] = {}
+    record = _layer_call_recorder(reference)
+
+    def record_layer(index, args, kwargs, output):
+        record(index, args, kwargs, output)
+        report_progress(next(step, steps), steps, f"full model layer {index} (masked)")
+
     def check_layer(index, layer):
         call = reference.get(index)
         if call is None:
@@ -138,15 +153,15 @@ def verify_proxy(src: Checkpoint, out: Checkpoint, adapter: FamilyAdapter, kept:
         diff = (got.float() - call.output.float()).abs().max().item()
         tol = layer_tolerance(call.output.dtype, call.output, call.hidden_in)
         layers.append({"layer": index, "max_abs_diff": diff, "tolerance": tol, "passed": bool(diff <= tol)})
+        report_progress(next(step, steps), steps, f"proxy layer {index}: max |diff| {diff:.2g} (tolerance {tol:.2g})")
 
     vocab = int(src.config.get("vocab_size", 2))
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, vocab, (2, tokens), generator=gen)
-    reference: dict[int, LayerCall] = {}
     try:
         with one_intra_op_thread():
             with StreamedModel(src, adapter, device=device, dtype=None, on_layer_loaded=mask,
-                               on_layer_output=_layer_call_recorder(reference)) as full:
+                               on_layer_output=record_layer) as full:
                 full_logits = full.logits(input_ids).float().cpu()
             with StreamedModel(out, adapter, device=device, on_layer_loaded=check_layer) as proxy:
                 exact = proxy.dtype == torch.float32

@@ -104,3 +104,13 @@ def test_layer_tolerance_scales_with_dtype_precision():
     out = torch.full((2, 3, 8), 2.0)
     assert layer_tolerance(torch.float32, out, inp) == pytest.approx(torch.finfo(torch.float32).eps * 12, rel=1e-6)
     assert layer_tolerance(torch.bfloat16, out.bfloat16(), inp.bfloat16()) == pytest.approx(2 ** -7 * 12)
+
+
+def test_progress_counts_both_passes_layer_by_layer(tiny_checkpoints, tmp_path):
+    kept = unverified_proxy(tiny_checkpoints["deepseek_v3"], tmp_path / "out")
+    calls = []
+    result = verify_proxy(open_checkpoint(tiny_checkpoints["deepseek_v3"]), open_checkpoint(tmp_path / "out"),
+                          ADAPTERS["deepseek_v3"], kept, progress=lambda *a: calls.append(a))
+    assert result["passed"]
+    assert [(done, total) for done, total, _ in calls] == [(i, 6) for i in range(1, 7)]
+    assert calls[0][2] == "full model layer 0 (masked)" and calls[3][2].startswith("proxy layer 0: max |diff| 0")
