@@ -23,7 +23,7 @@ import numpy as np
 
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import FamilyAdapter
-from moeproxy.proxy.checkpoint import Checkpoint, read_tensor
+from moeproxy.proxy.checkpoint import Checkpoint, read_tensor, read_tensor_into, torch_dtype
 from moeproxy.proxy.heap import bound_heap_growth, trim_heap
 from moeproxy.proxy.layout import MoeLayer, MoeLayout
 from moeproxy.proxy.threads import one_intra_op_thread
@@ -58,10 +58,16 @@ def _normalise(x):
 
 
 class TensorReader:
-    """Reads whole tensors or dim-0 rows with pread (no memory maps left resident)."""
+    """Reads whole tensors or dim-0 rows with pread (no memory maps left resident).
+
+    ``get_float_scratch`` reads one expert's weight into buffers reused from call to call (one per
+    shape and dtype), so the per-expert loop of a 64-expert layer allocates nothing: each expert's
+    tensors are the same shape, and fresh 1-3 MB buffers would each cost hundreds of page faults.
+    """
 
     def __init__(self, ckpt: Checkpoint):
         self.ckpt = ckpt
+        self._scratch: dict = {}
 
     def __enter__(self):
         return self
@@ -71,6 +77,27 @@ class TensorReader:
 
     def get(self, key):
         return read_tensor(self.ckpt.tensors[key])
+
+    def _buffer(self, shape, dtype):
+        import torch
+
+        buf = self._scratch.get((shape, dtype))
+        if buf is None:
+            buf = self._scratch[(shape, dtype)] = torch.empty(shape, dtype=dtype)
+        return buf
+
+    def get_float_scratch(self, key):
+        """``key`` as float32, in a buffer that the next call for the same shape overwrites."""
+        import torch
+
+        ref = self.ckpt.tensors[key]
+        raw = self._buffer(tuple(ref.shape), torch_dtype(ref))
+        read_tensor_into(ref, raw)
+        if raw.dtype == torch.float32:
+            return raw
+        out = self._buffer(tuple(ref.shape), torch.float32)
+        out.copy_(raw)
+        return out
 
     def row(self, key, i):
         return read_tensor(self.ckpt.tensors[key], i)
@@ -90,11 +117,10 @@ def dequantise_fp8(weight, scale_inv):
 
 def _per_expert_weight(reader: TensorReader, names: dict[str, str], suffix: str):
     key = names[suffix]
-    w = reader.get(key)
     scale_key = names.get(suffix + "_scale_inv")
     if scale_key is not None:
-        return dequantise_fp8(w, reader.get(scale_key))
-    return w.float()
+        return dequantise_fp8(reader.get(key), reader.get(scale_key))
+    return reader.get_float_scratch(key)  # consumed by the caller's matmul before the next read
 
 
 def probe_inputs(ctx: FeatureContext, reader: TensorReader, layer: MoeLayer):
