@@ -5,7 +5,10 @@ temporary directory, then times (a) a plain copy of the same files and (b) the b
 process (`moeproxy build`), once with verification and once with --no-verify. Reports wall time and
 the child's peak RSS (resource.getrusage(RUSAGE_CHILDREN) read after each child in a fresh helper).
 Targets (issue 4): build within 3x the copy time; peak RSS below 1.5 x one layer's expert bytes + 600 MB.
-Temporary files are deleted at the end. Usage: python bench/build.py [--layers 8] [--keep-tmp]
+The verify line gives the end-to-end logit difference and the worst per-layer difference as a
+fraction of its tolerance (each proxy layer run on the masked full model's recorded inputs).
+Temporary files are deleted at the end unless --keep-tmp (which prints their directory).
+Usage: python bench/build.py [--layers 8] [--keep-tmp]
 """
 
 from __future__ import annotations
