@@ -31,6 +31,7 @@ CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/ch
 if CHROMIUM is None:
     pytest.skip("chromium not found; install the Debian package chromium (make chromium)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
+sync_api.expect.set_options(timeout=60_000)  # a loaded 2-core machine reruns slowly
 
 
 def _free_port() -> int:
