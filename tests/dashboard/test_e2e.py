@@ -44,7 +44,9 @@ def _free_port() -> int:
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     env = dict(os.environ)
-    if not (DEMO_DIR.is_dir() and demo_runs(DEMO_DIR)):  # the bundled demo, else synthetic demo logs
+    if DEMO_DIR.is_dir() and demo_runs(DEMO_DIR):  # the bundled demo (a copy: it may be regenerated meanwhile)
+        env["MOEPROXY_DEMO_DIR"] = str(shutil.copytree(DEMO_DIR, tmp / "demo", ignore=shutil.ignore_patterns(".*")))
+    else:  # synthetic demo logs
         from synthetic_runs import write_demo_dir
 
         env["MOEPROXY_DEMO_DIR"] = str(write_demo_dir(tmp / "demo"))
