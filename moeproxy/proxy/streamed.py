@@ -55,6 +55,7 @@ class StreamedModel:
         self.on_layer_loaded = on_layer_loaded
         self.layers = self.model.model.layers
         self._hooks = []
+        self._fused: dict = {}
         self._prepare_outer()
         for i, layer in enumerate(self.layers):
             self._hooks.append(layer.register_forward_pre_hook(self._make_loader(i)))
@@ -62,12 +63,14 @@ class StreamedModel:
             if on_layer_output is not None:
                 self._hooks.append(layer.register_forward_hook(self._make_output_hook(i, on_layer_output),
                                                                with_kwargs=True))
+        self._hooks.append(self.layers[-1].register_forward_hook(self._drop_fused_buffers))
 
     def close(self) -> None:
         """Remove the loading hooks and drop the model (its hooks would otherwise keep it alive)."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        self._fused = {}
         self.model = self.layers = self.on_layer_loaded = None
         trim_heap()
 
@@ -124,6 +127,21 @@ class StreamedModel:
             module.load_state_dict(sd, strict=True, assign=True)
         return hook
 
+    def _fused_buffer(self, name: str, shape: tuple):
+        """A fused expert tensor, reused by the next decoder layer of the same shape.
+
+        Layers run one after another and each is unloaded before the next loads, so the buffer is
+        free again by then; reusing it spares the page faults of a fresh layer-sized allocation. It
+        is dropped after the last decoder layer (and by ``close``).
+        """
+        import torch
+
+        buf = self._fused.get(name)
+        if buf is None or tuple(buf.shape) != tuple(shape):
+            self._fused.pop(name, None)
+            buf = self._fused[name] = torch.empty(shape, dtype=self.dtype)
+        return buf
+
     def _read_into(self, key: str, slot) -> None:
         ref = self.ckpt.tensors[key]
         if tuple(ref.shape) != tuple(slot.shape):
@@ -166,9 +184,8 @@ class StreamedModel:
             ids = sorted(by_id)
             first = by_id[ids[0]]
             g, u, d = (self.ckpt.tensors[first[n]] for n in (a.gate_name, a.up_name, a.down_name))
-            dtype = self.dtype
-            gate_up = torch.empty((len(ids), g.shape[0] + u.shape[0], g.shape[1]), dtype=dtype)
-            down = torch.empty((len(ids), *d.shape), dtype=dtype)
+            gate_up = self._fused_buffer(f"{local}.gate_up", (len(ids), g.shape[0] + u.shape[0], g.shape[1]))
+            down = self._fused_buffer(f"{local}.down", (len(ids), *d.shape))
             for pos, e in enumerate(ids):
                 names = by_id[e]
                 self._read_into(names[a.gate_name], gate_up[pos, : g.shape[0]])
@@ -199,6 +216,10 @@ class StreamedModel:
         def hook(layer, args, kwargs, output):
             on_layer_output(index, args, kwargs, output)
         return hook
+
+    def _drop_fused_buffers(self, module, args, output):
+        self._fused = {}
+        trim_heap()
 
     @staticmethod
     def _unload(module, args, output):

@@ -76,3 +76,13 @@ def test_missing_or_misshapen_outer_tensors_are_named(tiny_checkpoints, tmp_path
     ckpt.tensors.pop("lm_head.weight")
     with pytest.raises(InputError, match="lm_head.weight missing and embeddings are not tied"):
         StreamedModel(ckpt, ADAPTERS["qwen3_moe"])
+
+
+def test_fused_expert_buffers_are_reused_by_the_next_layer_and_dropped_after_the_last(tiny_checkpoints):
+    ckpt = open_checkpoint(tiny_checkpoints["qwen3_moe"])
+    storage = []
+    with StreamedModel(ckpt, ADAPTERS["qwen3_moe"],
+                       on_layer_loaded=lambda i, layer: storage.append(layer.mlp.experts.gate_up_proj.data_ptr())) as sm:
+        sm.logits(INPUT)
+        assert sm._fused == {}
+    assert len(storage) == 2 and storage[0] == storage[1]
