@@ -114,7 +114,8 @@ def test_runs_triage_compare(page, server):
     open_page(page, server, "")  # Runs is the default page, served at /
     sync_api.expect(page.get_by_test_id("stDataFrame")).to_be_visible()  # the runs table (a canvas grid)
     verdicts = re.compile("|".join(CATEGORIES))
-    sync_api.expect(page.get_by_test_id("stMain").get_by_text(verdicts).first).to_be_visible()  # a verdict badge
+    badges = page.get_by_test_id("stMain").get_by_test_id("stMarkdownContainer").filter(has_text=verdicts)
+    sync_api.expect(badges.first).to_be_visible()  # the verdict badges under the table
     shoot(page, "01-runs")
 
     open_page(page, server, "triage")
