@@ -147,7 +147,15 @@ def measure_in_subprocess(path, tasks: list[dict]) -> dict:
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(str(path), tasks, queue))
     proc.start()
-    result = queue.get()
+    import queue as queue_module
+
+    while True:
+        try:
+            result = queue.get(timeout=5)
+            break
+        except queue_module.Empty:
+            if not proc.is_alive():
+                raise InputError(f"{path}: evaluation process exited with status {proc.exitcode} before reporting")
     proc.join()
     if "error" in result:
         raise InputError(f"{path}: evaluation failed: {result['error']}")
