@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 IQR_TO_SIGMA = 1.349
+LOCAL_CONTEXT = 500  # at most this many records before a departure pull its onset back (bounded cost)
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,10 @@ def find_departures(
         recovered = end < n - 1
         run = v[t : end + 1]
         peak = t + int(np.argmax(direction * run))
-        onset = _refine_onset(v, med, t, end, scale, direction, window, min_history,
-                              min_delta) if refine else t
         count = sum(beyond(j) for j in range(t, end + 1))
+        # a one-record blip has no ramp to pull back along (and refining costs a change-point fit)
+        onset = _refine_onset(v, med, t, end, scale, direction, window, min_history,
+                              min_delta) if refine and count >= 2 else t
         out.append(Departure(onset=int(idx[onset]), first=int(idx[t]), end=int(idx[end]),
                              recovered=recovered, baseline=float(base), scale=scale,
                              peak=int(idx[peak]), count=int(count)))
@@ -141,19 +143,20 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
     healthy entropy decay, must not drag the onset back)."""
     # may reach one record into the short-history zone: a departure confirmed later can have
     # begun there (judged against the frozen baseline, as it has no causal median of its own)
-    k, limit = t, max(1, min_history - 1, t - max(2, window // 2))
+    local = min(window, LOCAL_CONTEXT)  # onsets are refined locally: long runs stay linear
+    k, limit = t, max(1, min_history - 1, t - max(2, local // 2))
     soft = max(2.5 * scale, 1e-12)
     diffs = np.diff(v[: t + 1])
 
     def moving(j: int) -> bool:  # record j already departs, and faster than the usual drift
         ref = med[j] if np.isfinite(med[j]) else med[t]
-        drift = float(np.median(diffs[: j - 1])) if j > 1 else 0.0  # steps before the one into j
+        drift = float(np.median(diffs[max(0, j - 1 - local): j - 1])) if j > 1 else 0.0  # steps before
         return (direction * (v[j] - ref) > soft
                 and j >= 1 and direction * (v[j] - v[j - 1] - drift) > soft)
 
     while k - 1 >= limit and moving(k - 1):
         k -= 1
-    lo = max(0, t - window)
+    lo = max(0, t - local)
     hi = min(len(v), end + 1, t + 3)  # up to just past the first exceedance: one bend
     knee = knee_index(direction * v[lo:hi])
     if knee is not None:

@@ -50,8 +50,9 @@ def detect_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
         low = after.to_numpy() < peak - need / 2
         # the first record from which the reward stays below the bar (95% of what follows):
         # noisy dips below it before the decline are not the onset
-        stays = [k for k in np.flatnonzero(low) if low[k:].mean() >= 0.95]
-        if stays:
+        share_below_from = np.cumsum(low[::-1])[::-1] / np.arange(len(low), 0, -1)
+        stays = np.flatnonzero(low & (share_below_from >= 0.95))
+        if stays.size:
             onset = int(after.index[stays[0]])
             return [Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_below_peak",
                             f"{name} rose from {fmt(start)} to a peak of {fmt(peak)} (step "
