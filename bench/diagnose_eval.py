@@ -1,7 +1,7 @@
 """Evaluate moeproxy.diagnose on the labelled evaluation set and print the full confusion matrix,
 per-category precision/recall, onset errors (share of each run's step range) and timing.
 
-    python bench/diagnose_eval.py [--seed 7] [--per-kind 6] [--formats]
+    python bench/diagnose_eval.py [--seed 7] [--per-kind 6] [--formats] [--long 100000]
 
 ``--formats`` also writes every run in its real framework formats, ingests each file into an
 in-memory store and diagnoses the stored run (the path `moeproxy diagnose FILE` takes).
@@ -76,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--per-kind", type=int, default=6)
     ap.add_argument("--formats", action="store_true")
+    ap.add_argument("--long", type=int, default=0, metavar="STEPS",
+                    help="also time one run of STEPS records x 6 metrics with a blow-up at 70%%")
     args = ap.parse_args(argv)
     runs = generate_eval_set(seed=args.seed, per_kind=args.per_kind)
     t0 = time.perf_counter()
@@ -106,7 +108,33 @@ def main(argv=None) -> int:
                     res = diagnose_frame(store.run_frame("run"))
                     cases.append((f"{r.name}/{fmt}", r.label, r.onset, r.span, res["verdict"], res["onset_step"]))
         print_report("same runs written in framework formats, ingested, diagnosed", cases, time.perf_counter() - t0)
+    if args.long:
+        time_long_run(args.long)
     return 0
+
+
+def time_long_run(n: int) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from moeproxy.diagnose import diagnose_series
+
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, n + 1)
+    grad = np.exp(rng.normal(0, 0.2, n))
+    i0 = int(0.7 * n)
+    grad[i0:] *= np.exp(np.linspace(0, 10, n - i0))
+    series = {
+        "grad_norm": grad, "loss": 2 + 0.01 * rng.normal(size=n), "reward_mean": 0.5 + 0.02 * rng.normal(size=n),
+        "policy_entropy": 0.5 * np.exp(rng.normal(0, 0.03, n)), "kl": 0.01 * np.exp(rng.normal(0, 0.2, n)),
+        "logprob_diff_mean": 0.002 * np.exp(rng.normal(0, 0.1, n)),
+    }
+    t0 = time.perf_counter()
+    res = diagnose_series({k: pd.Series(v, index=steps) for k, v in series.items()})
+    seconds = time.perf_counter() - t0
+    print(f"\n== long run: {n} steps x {len(series)} metrics diagnosed in {seconds:.2f} s; verdict "
+          f"{res['verdict']} from step {res['onset_step']} (blow-up injected at step {i0 + 1}, onset error "
+          f"{abs(res['onset_step'] - (i0 + 1)) / (n - 1):.4f} of the range)")
 
 
 if __name__ == "__main__":
