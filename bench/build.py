@@ -8,7 +8,7 @@ Targets (issue 4): build within 3x the copy time; peak RSS below 1.5 x one layer
 The verify line gives the end-to-end logit difference and the worst per-layer difference as a
 fraction of its tolerance (each proxy layer run on the masked full model's recorded inputs).
 Temporary files are deleted at the end unless --keep-tmp (which prints their directory).
-Usage: python bench/build.py [--layers 8] [--keep-tmp]
+Usage: python bench/build.py [--layers 8] [--keep-tmp] [--trace]
 """
 
 from __future__ import annotations
@@ -90,11 +90,53 @@ def timed_child(cmd: list[str]) -> tuple[float, int, str]:
     return seconds, rss, out
 
 
+def resident_mb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) / 1e3 for line in fh if line.startswith("VmRSS:"))
+
+
+def trace_build(src: Path, out: Path) -> None:
+    """Run the build in this process, printing resident memory at every progress event and each
+    stage's peak (VmRSS sampled every 2 ms by a thread; torch allocations are invisible to tracemalloc)."""
+    import threading
+
+    state = {"stage": "imports", "peak": {}}
+
+    def sample():
+        while True:
+            rss = resident_mb()
+            state["peak"][state["stage"]] = max(state["peak"].get(state["stage"], 0.0), rss)
+            time.sleep(0.002)
+
+    threading.Thread(target=sample, daemon=True).start()
+    import sklearn  # noqa: F401  (the CLI imports these too)
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    from moeproxy.proxy.build import BuildSpec, build_proxy
+
+    print(f"  after imports: {resident_mb():.0f} MB")
+    state["stage"] = "checks"
+
+    def progress(stage, done, total, message):
+        state["stage"] = stage
+        print(f"  {stage} {done}/{total} {message}: {resident_mb():.0f} MB now, stage peak "
+              f"{state['peak'].get(stage, 0.0):.0f} MB", flush=True)
+
+    build_proxy(BuildSpec(src=src, out=out, keep_ratio=0.25, device="cpu"), progress=progress)
+    print("  peak by stage: " + ", ".join(f"{k} {v:.0f} MB" for k, v in state["peak"].items()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--keep-tmp", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="also run one build with an RSS trace per progress event")
+    ap.add_argument("--trace-run", nargs=2, metavar=("SRC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.trace_run:
+        trace_build(Path(args.trace_run[0]), Path(args.trace_run[1]))
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="moeproxy-bench-"))
     try:
         src = tmp / "src"
@@ -128,6 +170,10 @@ def main() -> int:
             print(f"    report: cluster {report['seconds']['cluster']:.2f} s, write {report['seconds']['write']:.2f} s, "
                   f"verify {report['seconds'].get('verify', 0):.2f} s, total in-process {report['seconds']['total']:.2f} s; "
                   f"{report['bytes_after'] / 1e9:.2f} GB written; verify {vtxt}")
+        if args.trace:
+            print("RSS trace of one build (with verify), in a fresh process:")
+            subprocess.run([sys.executable, __file__, "--trace-run", str(src), str(tmp / "traced")], check=True)
+            shutil.rmtree(tmp / "traced")
         t = time.time()
         imp, rss_imp, _ = timed_child([sys.executable, "-c", "import torch, transformers, sklearn, safetensors"])
         print(f"baseline: importing torch+transformers+sklearn alone takes {imp:.2f} s, peak RSS {rss_imp / 1e6:.0f} MB")
