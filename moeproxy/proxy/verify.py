@@ -4,7 +4,7 @@ Steps, each recorded in the report: (1) transformers builds the proxy's config a
 meta device; (2) every decoder layer of the proxy loads strictly into its transformers module;
 (3) the proxy is compared with the full model whose removed experts are masked
 (moeproxy.proxy.masking): layer by layer on identical inputs (the reference's recorded hidden
-states, so bf16 rounding cannot pile up across layers and a tight per-layer tolerance applies) and
+states, so bf16 rounding cannot pile up across layers and a rounding-level tolerance applies) and
 end to end on the logits of a seeded few-token batch. The two models run one after the other, each
 streamed one module at a time (moeproxy.proxy.streamed), so at most one decoder layer of the full
 model is resident. Quantised checkpoints (FP8, MXFP4) skip step 3 on CPU and say so.
@@ -78,10 +78,14 @@ def layer_tolerance(dtype, reference_out, reference_in) -> float:
     """Allowed max |proxy - reference| for one decoder layer run on the same inputs.
 
     The layer's output is its input plus its update; kept experts are computed by the same kernels
-    on the same rows in the same order, so the two may differ only by the rounding of the masked
-    versus the pruned router softmax, which can move a routing weight (and so the update) by an ulp
-    of ``dtype`` and the rounded residual sum by an ulp of the output: ``eps * (4 max|update| +
-    2 max|output|)``. Float32: about 1e-6 relative; bfloat16: about 3% of the update.
+    on the same rows in the same order, so the two may differ only by rounding: the router's matrix
+    product over all experts' rows versus the kept rows (another blocking) and the masked versus the
+    pruned softmax can move a routing weight, and so the update, by an ulp of ``dtype``, and the
+    rounded residual sum by an ulp of the output: ``eps * (4 max|update| + 2 max|output|)``.
+    Float32: about 1e-6 relative; bfloat16: a few percent of the update. Measured on the bench
+    checkpoint (bf16, 8 layers, 24 and 512 tokens): most layers differ by exactly 0, the worst by
+    0.47 of this tolerance. A routing top-k near-tie broken differently by that rounding would
+    exceed it; none was seen.
     """
     import torch
 
