@@ -125,8 +125,10 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     report_progress("cluster", 0, total_layers, f"{spec.method} signatures, {total_layers} MoE layers")
     t_cluster = time.time()
     for done, (layer, feats) in enumerate(FEATURE_METHODS[spec.method](ctx), 1):
+        # keep the choice and the routing counts, not the signatures: one layer's signatures are
+        # experts x (router row + probe responses) floats, 69 MB a layer at Qwen3-235B's size
         clusters[layer.layer] = (layer, choose_kept_experts(feats.features, kept_count, n_group, spec.select,
-                                                            feats.frequency), feats)
+                                                            feats.frequency), feats.frequency)
         feature_kind.add(feats.kind)
         report_progress("cluster", done, total_layers, f"layer {layer.layer}")
     t_cluster = time.time() - t_cluster
@@ -196,8 +198,7 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
             "moe_layers": [layer.layer for layer in layout.layers],
             "kept_experts": {str(i): c.kept for i, (_, c, _) in clusters.items()},
             "clusters": {str(i): c.members for i, (_, c, _) in clusters.items()},
-            "routing_frequency": {str(i): f.frequency.tolist() for i, (_, _, f) in clusters.items()
-                                  if f.frequency is not None},
+            "routing_frequency": {str(i): f.tolist() for i, (_, _, f) in clusters.items() if f is not None},
             "features": sorted(feature_kind),
             "config_changes": {k: [ckpt.config.get(k), v] for k, v in new_config.items() if ckpt.config.get(k) != v},
             "files_copied": side_files,
