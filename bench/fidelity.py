@@ -53,8 +53,10 @@ def run_grid(args) -> list[dict]:
     for n, (scenario, kind, ratio, seed) in enumerate(plan, 1):
         pair_dir = out / f"{scenario}-{kind}-r{ratio:g}-s{seed}"
         fidelity = pair_dir / "fidelity.json"
-        if args.resume and fidelity.is_file():
+        if (args.resume or args.table_only) and fidelity.is_file():
             result = json.loads(fidelity.read_text())
+        elif args.table_only:
+            continue
         else:
             full_log = out / "full" / f"{scenario}-s{seed}-n{args.steps}.jsonl"
             spec = HarnessSpec(
@@ -141,6 +143,8 @@ def main(argv=None) -> int:
                         help="seeds the baselines run at (default: every seed)")
     parser.add_argument("--out", default="bench/out/fidelity")
     parser.add_argument("--resume", action="store_true", help="reuse pairs whose fidelity.json exists")
+    parser.add_argument("--table-only", action="store_true",
+                        help="tabulate the pairs already in OUT (fidelity.json) without running any")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rows = run_grid(args)
