@@ -119,17 +119,16 @@ def random_masked_model(spec: HarnessSpec):
 
 def dense_model(spec: HarnessSpec, log=print):
     """The dense baseline with the cluster proxy's active parameter count (pre-trained once, cached)."""
-    from moeproxy.proxy.plan import plan_proxy  # noqa: F401  (import check: the planner gives the counts)
     from moeproxy.repro.grpo import active_parameters
     from moeproxy.repro.pretrain import PretrainConfig, pretrain
     from moeproxy.repro.tiny_moe import dense_intermediate_for, load_tiny_moe
 
     full, _ = load_tiny_moe(_full_dir(spec))
-    kept = max(full.config.num_experts_per_tok, round(full.config.num_experts * spec.keep_ratio))
-    expert_params = sum(p.numel() for n, p in full.named_parameters() if ".experts." in n)
-    total = sum(p.numel() for p in full.parameters())
-    proxy_total = total - expert_params + expert_params * kept // full.config.num_experts
-    proxy_active = proxy_total - expert_params * kept // full.config.num_experts + expert_params * full.config.num_experts_per_tok // full.config.num_experts
+    cfg = full.config
+    kept = max(cfg.num_experts_per_tok, round(cfg.num_experts * spec.keep_ratio))
+    router_params = cfg.num_experts * cfg.hidden_size * cfg.num_hidden_layers
+    # the proxy keeps top-k, so its active count is the full one less the pruned router rows
+    proxy_active = active_parameters(full) - router_params * (cfg.num_experts - kept) // cfg.num_experts
     width = dense_intermediate_for(proxy_active)
     cache = Path(spec.dense_cache or spec.out / "dense-cache") / f"dense-i{width}"
     if not (cache / "config.json").is_file():
