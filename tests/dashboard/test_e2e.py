@@ -51,6 +51,8 @@ def server(tmp_path_factory):
 
         env["MOEPROXY_DEMO_DIR"] = str(write_demo_dir(tmp / "demo"))
     env["MOEPROXY_JOBS"] = str(tmp / "jobs")
+    # The app must import this checkout's code, whatever is installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["MOEPROXY_ALLOWED_ROOTS"] = f"{tmp}{os.pathsep}{REPO / 'data'}"
     port = _free_port()
     log_path = tmp / "server.log"
