@@ -6,7 +6,7 @@ Generates (in a temporary directory) a verl file-logger JSONL run of 20,000 step
 DuckDB reading the same JSONL natively (``read_json`` + unpivot into a table) as the reference.
 Peak memory is the child process's max RSS. Prints one line per measurement.
 
-    python bench/ingest.py [--steps 20000] [--metrics 200] [--iterations 200000]
+    python bench/ingest.py [--steps 20000] [--metrics 200] [--iterations 200000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import math
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--metrics", type=int, default=200)
     parser.add_argument("--iterations", type=int, default=200000)
+    parser.add_argument("--repeat", type=int, default=3, help="ingests timed per file (median and best printed)")
     args = parser.parse_args()
     moeproxy = [sys.executable, "-m", "moeproxy"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,16 +116,29 @@ def main() -> None:
         for name, script in (("map", DUCKDB_NATIVE), ("struct+unpivot", DUCKDB_NATIVE_STRUCT)):
             seconds, rss, out = run_child([sys.executable, "-c", script, str(jsonl), str(tmp / f"ref_{name}.duckdb")])
             ref_times.append(seconds)
-            print(f"duckdb native read_json ({name}) : {seconds:6.2f} s  {int(out.split()[-1]) / seconds / 1e6:5.2f} M values/s  "
+            print(f"\nduckdb native read_json ({name}) : {seconds:6.2f} s  {int(out.split()[-1]) / seconds / 1e6:5.2f} M values/s  "
                   f"peak RSS {rss:6.0f} MiB", flush=True)
         reference = min(ref_times)
 
-        seconds, rss, out = run_child(moeproxy + ["ingest", str(jsonl), "--db", str(tmp / "a.duckdb")])
-        print(f"moeproxy ingest verl JSONL      : {seconds:6.2f} s  {n_json / seconds / 1e6:5.2f} M values/s  "
-              f"peak RSS {rss:6.0f} MiB  ratio to DuckDB native {seconds / reference:.2f}x (target <= 2x)")
+        def timed_ingest(path: Path, label: str) -> tuple[float, float, float, str]:
+            """Median and best wall time of --repeat fresh ingests (each into a new database)."""
+            times, peak, out = [], 0.0, ""
+            for i in range(args.repeat):
+                db = tmp / f"{label}-{i}.duckdb"
+                seconds, rss, out = run_child(moeproxy + ["ingest", str(path), "--db", str(db)])
+                times.append(seconds)
+                peak = max(peak, rss)
+                db.unlink()
+            return statistics.median(times), min(times), peak, out
+
+        median, best, rss, out = timed_ingest(jsonl, "jsonl")
+        print(f"\nmoeproxy ingest verl JSONL      : median {median:6.2f} s  best {best:6.2f} s of {args.repeat}  "
+              f"{n_json / median / 1e6:5.2f} M values/s (median)  peak RSS {rss:6.0f} MiB  "
+              f"ratio to DuckDB native {median / reference:.2f}x (target <= 2x)")
         print(f"  {out.splitlines()[0]}", flush=True)
-        seconds, rss2, out = run_child(moeproxy + ["ingest", str(megatron), "--db", str(tmp / "b.duckdb")])
-        print(f"moeproxy ingest Megatron text   : {seconds:6.2f} s  {n_text / seconds / 1e6:5.2f} M values/s  "
+        median, best, rss2, out = timed_ingest(megatron, "megatron")
+        print(f"\nmoeproxy ingest Megatron text   : median {median:6.2f} s  best {best:6.2f} s of {args.repeat}  "
+              f"{n_text / median / 1e6:5.2f} M values/s (median, {n_text / best / 1e6:.2f} best)  "
               f"peak RSS {rss2:6.0f} MiB  (target >= 1 M values/s, < 1024 MiB)")
         print(f"  {out.splitlines()[0]}")
         seconds, _, _ = run_child(moeproxy + ["runs", "--db", str(tmp / "b.duckdb")])

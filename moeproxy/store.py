@@ -488,7 +488,9 @@ class Transaction:
         # each metric's rows contiguous, in log order (steps ascending within an attempt), so that
         # DuckDB's zone maps skip row groups when one series is read
         codes = metric.cat.codes.to_numpy(np.int32)
-        order = np.argsort(codes, kind="stable")
+        # (a stable sort of 16-bit keys is a radix sort in numpy: 2-3x faster than on 32-bit ones)
+        keys = codes.astype(np.int16) if len(metric.cat.categories) < 2**15 else codes
+        order = np.argsort(keys, kind="stable")
         table = pa.table({
             "run_id": pa.array(np.full(n, run_id, np.int32)),
             "metric": pa.DictionaryArray.from_arrays(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,4 +39,10 @@ def run(args) -> int:
     env["MOEPROXY_DB"] = str(Path(args.db).expanduser().resolve()) if args.db else str(default_db_path())
     print(f"moeproxy dashboard on http://{args.host}:{args.port} (store {env['MOEPROXY_DB']}); Ctrl-C stops it",
           file=sys.stderr)
-    return subprocess.call(streamlit_argv(APP, args.host, args.port), env=env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The server replaces this process, so a signal sent to `moeproxy dashboard` (Ctrl-C, a
+    # service manager's SIGTERM) reaches Streamlit itself and no orphaned server is left behind.
+    argv = streamlit_argv(APP, args.host, args.port)
+    os.execve(argv[0], argv, env)
+    return 0  # not reached

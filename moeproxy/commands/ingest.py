@@ -22,8 +22,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    import gc
+
     from moeproxy.ingest import ingest_paths
 
+    # A one-shot command: the imported modules live until exit, so the cyclic collector need not
+    # walk them again and again while millions of values are parsed (about 0.2 s on a large log).
+    gc.freeze()
     store = open_store(args)
     summaries = ingest_paths(store, args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
                              fmt=args.fmt, progress=progress_printer())

@@ -10,8 +10,17 @@ scale: A, reducing to B`` for each skipped step; it is recorded at the step bein
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterable
 
+import numpy as np
+
+from moeproxy.errors import InputError
 from moeproxy.ingest.prefixes import rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
@@ -49,77 +58,126 @@ def parse_fields(rest: str, prefix: str = "") -> tuple[list[str], list[float]]:
     return names, values
 
 
-def fast_fields(rest: str, cache: dict) -> tuple[list[str], list[float]] | None:
-    """The common case in C-speed string operations: ``key: number | key: number |``.
+class _IterationBlock:
+    """Consecutive iteration lines with one key layout: values kept as text, converted at once."""
 
-    Returns None when the line needs ``parse_fields`` (a ':' inside a key, a non-numeric value).
-    Key layouts repeat line after line, so stripped names are cached by their raw form.
-    """
-    parts = rest.replace(":", "|").split("|")
-    if parts[-1].strip():
-        return None
-    parts.pop()
-    if len(parts) % 2:
-        return None
-    raw_keys = tuple(parts[0::2])
-    names = cache.get(raw_keys)
-    if names is None:
+    def __init__(self, table: LogTable) -> None:
+        self.table = table
+        self.raw_keys: tuple | None = None
+        self.names: list[str] = []
+        self.steps: list[int] = []
+        self.ranks: list[int] = []
+        self.values: list[str] = []
+        self.rests: list[str] = []
+
+    def start(self, raw_keys: tuple) -> bool:
+        """Begin a block for a new layout; False when the keys are not all non-empty."""
+        self.flush()
         names = [k.strip() for k in raw_keys]
         if not all(names):
-            return None
-        cache[raw_keys] = names
-    try:
-        return names, list(map(float, parts[1::2]))
-    except ValueError:
-        return None
+            self.raw_keys = None
+            return False
+        self.raw_keys, self.names = raw_keys, names
+        return True
+
+    def flush(self) -> None:
+        if not self.steps:
+            return
+        try:
+            values = np.array(self.values, dtype=np.float64)
+        except ValueError:  # a value numpy cannot read (e.g. a word): the careful path, line by line
+            values = None
+        if values is not None:
+            self.table.add_block(self.steps, self.names, values, self.ranks)
+        else:
+            for step, rank, rest in zip(self.steps, self.ranks, self.rests):
+                names, vals = parse_fields(rest)
+                if names:
+                    self.table.add(step, names, vals, rank)
+        self.steps, self.ranks, self.values, self.rests = [], [], [], []
 
 
-def parse_megatron(src: SourceFile) -> ParsedLog:
-    table = LogTable()
-    add = table.add
-    skipped = 0
-    last_step = 0
-    framework = "megatron"
-    saw_iteration = saw_overflow = False
+@dataclass
+class _Scan:
+    """What one pass over (a part of) a Megatron log found."""
+
+    table: LogTable = field(default_factory=LogTable)
+    skipped: int = 0
+    last_step: int | None = 0  # None: unknown (a part that starts mid-file)
+    saw_iteration: bool = False
+    saw_overflow: bool = False
+    mindspeed: bool = False
+    needs_last_step: bool = False  # an OVERFLOW line came before this part's first iteration line
+
+
+def _scan(lines: Iterable[str], last_step: int | None = 0) -> _Scan:
+    scan = _Scan(last_step=last_step)
+    table = scan.table
+    block = _IterationBlock(table)
     ranks: dict[str, int] = {}  # line prefix -> rank, so the prefix regex runs once per prefix
-    layouts: dict[tuple, list[str]] = {}
-    for line in src.text_stream():
+    last = ["\0", -1]  # the previous line's "[...]" prefix and its rank: most lines repeat it
+
+    def rank_for(line: str) -> int:
+        if line.startswith(last[0]):
+            return last[1]
+        prefix = line[: line.find("]") + 1] if line.startswith("[") else ""
+        rank = ranks.get(prefix)
+        if rank is None:
+            rank = ranks[prefix] = rank_of(line)
+        if prefix:
+            last[0], last[1] = prefix, rank
+        return rank
+
+    for line in lines:
         at = line.find("iteration")
         m = ITERATION.search(line, at) if at >= 0 else None
         if m:
-            saw_iteration = True
+            scan.saw_iteration = True
             rest = m.group(2)
-            names, values = fast_fields(rest, layouts) or parse_fields(rest)
+            step = scan.last_step = int(m.group(1))
+            # the common case, in C-speed string operations: ``key: number | key: number |``
+            parts = rest.replace(":", "|").split("|")
+            if not parts[-1].strip():
+                parts.pop()
+                if not len(parts) % 2:
+                    raw_keys = tuple(parts[0::2])
+                    if raw_keys == block.raw_keys or block.start(raw_keys):
+                        if not block.steps and not scan.mindspeed and (
+                                "core attn ratio (%)" in block.names or ">>  iteration" in line):
+                            scan.mindspeed = True
+                        block.steps.append(step)
+                        block.ranks.append(rank_for(line))
+                        block.values.extend(parts[1::2])
+                        block.rests.append(rest)
+                        continue
+            block.flush()
+            names, values = parse_fields(rest)
             if names:
-                prefix = line[: line.find("]") + 1] if line.startswith("[") else ""
-                rank = ranks.get(prefix)
-                if rank is None:
-                    rank = ranks[prefix] = rank_of(line)
-                step = int(m.group(1))
-                add(step, names, values, rank)
-                last_step = step
-                if framework == "megatron" and ("core attn ratio (%)" in names or ">>  iteration" in line):
-                    framework = "mindspeed-llm"
+                table.add(step, names, values, rank_for(line))
             else:
-                skipped += 1
+                scan.skipped += 1
             continue
+        block.flush()
         m = OVERFLOW.search(line) if "verflow" in line or "VERFLOW" in line else None
         if m:
-            last_step += 1
+            if scan.last_step is None:  # the step it belongs to is in the part before
+                scan.needs_last_step = True
+                return scan
+            scan.last_step += 1
             attempted, reduced = parse_number(m.group(1)), parse_number(m.group(2))
             record = {"deepspeed/overflow": 1.0}
             if attempted is not None:
                 record["deepspeed/attempted_loss_scale"] = attempted
             if reduced is not None:
                 record["deepspeed/reduced_loss_scale"] = reduced
-            table.add_dict(last_step, record, rank=rank_of(line))
-            saw_overflow = True
+            table.add_dict(scan.last_step, record, rank=rank_of(line))
+            scan.saw_overflow = True
             continue
         m = VALIDATION.search(line) if at >= 0 else None
         if m:
             names, values = parse_fields(m.group(2), prefix="validation/")
             if names:
-                add(int(m.group(1)), names, values, rank_of(line))
+                table.add(int(m.group(1)), names, values, rank_of(line))
                 continue
         m = DS_STEP.search(line) if "step=" in line else None
         if m:
@@ -128,15 +186,67 @@ def parse_megatron(src: SourceFile) -> ParsedLog:
             if m.group(3) is not None and parse_number(m.group(3)) is not None:
                 record["lr"] = parse_number(m.group(3))
             table.add_dict(step, record, rank=rank_of(line))
-            last_step = step
+            scan.last_step = step
             continue
         if line.strip():
-            skipped += 1
-    if not saw_iteration:
+            scan.skipped += 1
+    block.flush()
+    return scan
+
+
+def _scan_range(src: SourceFile, start: int, stop: int, last_step: int | None) -> _Scan:
+    return _scan(src.text_range(start, stop), last_step)
+
+
+def _child_part(src: SourceFile, start: int, stop: int) -> tuple[_Scan, str]:
+    """The forked child's share: the second part, and the file's sha256."""
+    return _scan_range(src, start, stop, None), src.sha256
+
+
+# Files at least this large are parsed in two processes on a machine with two or more free cores.
+PARALLEL_MIN_BYTES = 16 << 20
+
+
+def _parallel_scan(src: SourceFile) -> _Scan | None:
+    """The file's two halves scanned at once: the second in a forked child. None when not worth it
+    or not safe: small file, one core, or other threads running (forking a threaded process can
+    deadlock the child, e.g. inside the Streamlit server)."""
+    if (src.size < PARALLEL_MIN_BYTES or src.encoding != "utf-8" or threading.active_count() != 1
+            or len(os.sched_getaffinity(0)) < 2 or "fork" not in multiprocessing.get_all_start_methods()):
+        return None
+    mid = src.line_boundary(src.size // 2)
+    if mid <= 0 or mid >= src.size:
+        return None
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        second = pool.submit(_child_part, src, mid, src.size)
+        first = _scan_range(src, 0, mid, 0)
+        try:
+            rest, src._sha256 = second.result()
+        except InputError:
+            raise
+        except Exception:  # the child died (e.g. out of memory): do the second half here
+            rest = None
+    if rest is None or rest.needs_last_step:
+        rest = _scan_range(src, mid, src.size, first.last_step)
+    first.table.extend(rest.table)
+    first.skipped += rest.skipped
+    first.saw_iteration |= rest.saw_iteration
+    first.saw_overflow |= rest.saw_overflow
+    first.mindspeed |= rest.mindspeed
+    return first
+
+
+def parse_megatron(src: SourceFile) -> ParsedLog:
+    scan = _parallel_scan(src) or _scan(src.text_stream())
+    if not scan.saw_iteration:
         framework = "deepspeed"
-    elif saw_overflow and framework == "megatron":
+    elif scan.mindspeed:
+        framework = "mindspeed-llm"
+    elif scan.saw_overflow:
         framework = "megatron-deepspeed"
-    return ParsedLog(src.path, "megatron", framework, src.sha256, table.frame(), skipped)
+    else:
+        framework = "megatron"
+    return ParsedLog(src.path, "megatron", framework, src.sha256, scan.table.frame(), scan.skipped)
 
 
 def sniff_megatron(src: SourceFile) -> float:

@@ -7,6 +7,7 @@ is one), so the CLI can print one clear line and exit 2 without touching the sto
 from __future__ import annotations
 
 import codecs
+import io
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,16 @@ HEAD_BYTES = 64 * 1024
 class SourceFile:
     path: Path
     size: int
-    sha256: str
     head: bytes
     encoding: str | None  # None for binary formats (TensorBoard event files)
+    _sha256: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        """The file's sha256, computed on first use (a parser may have it computed elsewhere)."""
+        if self._sha256 is None:
+            self._sha256 = _sha256(self.path)
+        return self._sha256
 
     @property
     def head_text(self) -> str:
@@ -58,6 +66,35 @@ class SourceFile:
             except UnicodeDecodeError as exc:
                 raise InputError(f"{self.path}: not valid {self.encoding} text ({exc.reason})") from None
 
+    def line_boundary(self, offset: int) -> int:
+        """The offset just after the first newline at or after ``offset`` (the file size if none)."""
+        with open(self.path, "rb") as fh:
+            fh.seek(offset)
+            while chunk := fh.read(1 << 16):
+                at = chunk.find(b"\n")
+                if at >= 0:
+                    return offset + at + 1
+                offset += len(chunk)
+        return self.size
+
+    def text_range(self, start: int, stop: int) -> Iterator[str]:
+        """Lines (newline kept) of bytes [start, stop), which must begin and end at line starts."""
+        raw = _RangeReader(self.path, start, stop)
+        with io.TextIOWrapper(io.BufferedReader(raw, 1 << 16), encoding=self.encoding, newline="") as fh:
+            try:
+                yield from fh
+            except UnicodeDecodeError as exc:
+                line = self.line_number_at(raw.position - len(exc.object) + exc.start)
+                raise InputError(f"{self.path}: line {line}: not valid {self.encoding} text ({exc.reason})") from None
+
+    def line_number_at(self, offset: int) -> int:
+        count = 1
+        with open(self.path, "rb") as fh:
+            while offset > 0 and (chunk := fh.read(min(1 << 20, offset))):
+                count += chunk.count(b"\n")
+                offset -= len(chunk)
+        return count
+
     def read_text(self) -> str:
         try:
             return self.path.read_text(encoding=self.encoding)
@@ -72,6 +109,32 @@ class SourceFile:
         with open(self.path, "rb") as fh:
             fh.seek(-1, 2)
             return fh.read(1) in (b"\n", b"\r")
+
+
+class _RangeReader(io.RawIOBase):
+    """Bytes [start, stop) of a file as a raw stream."""
+
+    def __init__(self, path: Path, start: int, stop: int) -> None:
+        super().__init__()
+        self._fh = open(path, "rb", buffering=0)
+        self._fh.seek(start)
+        self.position = start
+        self._left = stop - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._left <= 0:
+            return 0
+        n = self._fh.readinto(memoryview(buffer)[: min(len(buffer), self._left)]) or 0
+        self._left -= n
+        self.position += n
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 def _sha256(path: Path) -> str:
@@ -107,10 +170,9 @@ def open_source(path: str | Path, *, allow_binary: bool = False) -> SourceFile:
         raise InputError(f"{p}: cannot read ({exc.strerror})") from None
     if size == 0:
         raise InputError(f"{p}: empty file, nothing to ingest")
-    sha = _sha256(p)
     if looks_binary(head):
         if allow_binary:
-            return SourceFile(p, size, sha, head, None)
+            return SourceFile(p, size, head, None)
         raise InputError(f"{p}: binary file, not a training log this tool knows")
     if head.startswith(codecs.BOM_UTF8):
         encoding = "utf-8-sig"
@@ -127,4 +189,4 @@ def open_source(path: str | Path, *, allow_binary: bool = False) -> SourceFile:
                     f"{p}: line {line}: not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); "
                     "re-encode the log as UTF-8"
                 ) from None
-    return SourceFile(p, size, sha, head, encoding)
+    return SourceFile(p, size, head, encoding)

@@ -29,9 +29,10 @@ class LogTable:
         self._ranks: list[int] = []
         self._walls: list[float] = []
         self._counts: list[int] = []
-        self._offsets: list[int] = []  # start of each record in _values
-        self._codes: list[np.ndarray] = []
-        self._values: list = []  # flat, extended per record; converted once in frame()
+        self._code_segments: list[np.ndarray] = []  # metric codes, one array per record or block
+        self._value_segments: list = []  # closed segments: Python lists or float64 arrays
+        self._values: list = []  # the open segment, extended per record; converted once in frame()
+        self._n_values = 0
         self._last_keys: tuple | None = None
         self._last_codes: np.ndarray | None = None
 
@@ -40,7 +41,7 @@ class LogTable:
 
     @property
     def values_count(self) -> int:
-        return len(self._values)
+        return self._n_values
 
     def _codes_for(self, names) -> np.ndarray:
         keys = tuple(names)
@@ -62,26 +63,69 @@ class LogTable:
         """One record. ``values`` may hold floats, ints, None (-> NaN) or numeric strings."""
         if not names:
             return
-        self._codes.append(self._codes_for(names))
-        self._offsets.append(len(self._values))
+        codes = self._codes_for(names)
+        self._code_segments.append(codes)
         self._values.extend(values)
+        self._n_values += len(codes)
         self._steps.append(int(step))
         self._ranks.append(rank)
         self._walls.append(wall_time)
-        self._counts.append(len(names))
+        self._counts.append(len(codes))
+
+    def add_block(self, steps: list[int], names, values: np.ndarray, ranks: list[int]) -> None:
+        """Records that share one key list, in order: ``values`` is float64, record after record."""
+        n = len(steps)
+        if not n or not names:
+            return
+        codes = self._codes_for(names)
+        k = len(codes)
+        if len(values) != n * k or len(ranks) != n:
+            raise ValueError(f"add_block: {n} steps x {k} names needs {n * k} values, got {len(values)}")
+        if self._values:
+            self._value_segments.append(self._values)
+            self._values = []
+        self._value_segments.append(np.asarray(values, dtype=np.float64))
+        self._code_segments.append(np.tile(codes, n))
+        self._n_values += n * k
+        self._steps.extend(steps)
+        self._ranks.extend(ranks)
+        self._walls.extend([math.nan] * n)
+        self._counts.extend([k] * n)
+
+    def extend(self, other: "LogTable") -> None:
+        """Append another table's records after this one's (metric codes renumbered)."""
+        if not other._steps:
+            return
+        remap = np.asarray([self._codes_for([name])[0] for name in other.metric_names], dtype=np.int32)
+        self._last_keys = None
+        if self._values:
+            self._value_segments.append(self._values)
+            self._values = []
+        self._value_segments.extend(other._value_segments)
+        if other._values:
+            self._value_segments.append(list(other._values))
+        self._code_segments.extend(remap[seg] for seg in other._code_segments)
+        self._n_values += other._n_values
+        self._steps.extend(other._steps)
+        self._ranks.extend(other._ranks)
+        self._walls.extend(other._walls)
+        self._counts.extend(other._counts)
 
     def add_dict(self, step: int, record: dict, rank: int = -1, wall_time: float = math.nan) -> None:
         self.add(step, record.keys(), record.values(), rank, wall_time)
 
-    def _float_values(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Values as float64; non-numeric entries (text, lists) are dropped via a keep-mask."""
+    @staticmethod
+    def _float_segment(segment) -> tuple[np.ndarray, np.ndarray | None]:
+        """A segment's values as float64; non-numeric entries (text, lists) are dropped via a keep-mask."""
+        if isinstance(segment, np.ndarray):
+            return segment, None
         try:
-            return np.array(self._values, dtype=np.float64), None
+            return np.array(segment, dtype=np.float64), None
         except (TypeError, ValueError):
             pass
-        out = np.empty(len(self._values), dtype=np.float64)
-        keep = np.ones(len(self._values), dtype=bool)
-        for i, v in enumerate(self._values):
+        out = np.empty(len(segment), dtype=np.float64)
+        keep = np.ones(len(segment), dtype=bool)
+        for i, v in enumerate(segment):
             f = coerce_json_value(v)
             if f is None:
                 keep[i] = False
@@ -90,12 +134,17 @@ class LogTable:
                 out[i] = f
         return out, keep
 
-    def _record_values(self, i: int) -> dict[int, object]:
-        start = self._offsets[i]
-        return dict(zip(self._codes[i].tolist(), self._values[start:start + self._counts[i]]))
+    def _float_values(self) -> tuple[np.ndarray, np.ndarray | None]:
+        segments = self._value_segments + ([self._values] if self._values else [])
+        converted = [self._float_segment(seg) for seg in segments]
+        values = np.concatenate([v for v, _ in converted]) if converted else np.empty(0)
+        if all(keep is None for _, keep in converted):
+            return values, None
+        keep = np.concatenate([np.ones(len(v), dtype=bool) if k is None else k for v, k in converted])
+        return values, keep
 
     @staticmethod
-    def _conflict(seen: dict[int, object], new: dict[int, object]) -> bool:
+    def _conflict(seen: dict[int, float], new: dict[int, float]) -> bool:
         """Whether a record repeats a metric of its step with another value (a re-logged step)."""
         for code, value in new.items():
             if code in seen:
@@ -104,7 +153,7 @@ class LogTable:
                     return True
         return False
 
-    def attempts(self) -> np.ndarray:
+    def attempts(self, codes: np.ndarray | None = None, values: np.ndarray | None = None) -> np.ndarray:
         """Attempt number per record (see module docstring).
 
         A record at the same step as the previous one joins it unless it logs a metric that step
@@ -114,22 +163,33 @@ class LogTable:
         steps = np.asarray(self._steps, dtype=np.int64)
         ranks = np.asarray(self._ranks, dtype=np.int64)
         attempt_of = np.zeros(len(steps), dtype=np.int16)
+        offsets = None
+
+        def record_values(i: int) -> dict[int, float]:
+            start, stop = offsets[i], offsets[i + 1]
+            return dict(zip(codes[start:stop].tolist(), values[start:stop].tolist()))
+
         for rank in np.unique(ranks):
             idx = np.flatnonzero(ranks == rank)
             s = steps[idx]
             if len(s) < 2 or bool(np.all(s[1:] > s[:-1])):
                 continue  # strictly increasing: one attempt, the common case
+            if offsets is None:
+                if codes is None or values is None:
+                    codes = np.concatenate(self._code_segments)
+                    values = self._float_values()[0]
+                offsets = np.concatenate([[0], np.cumsum(np.asarray(self._counts, dtype=np.int64))])
             attempt = 0
-            seen: dict[int, object] = {}
+            seen: dict[int, float] = {}
             for k in range(len(idx)):
                 i = idx[k]
                 if k == 0:
-                    seen = self._record_values(i)
+                    seen = record_values(i)
                 elif s[k] < s[k - 1]:
                     attempt += 1
-                    seen = self._record_values(i)
+                    seen = record_values(i)
                 elif s[k] == s[k - 1]:
-                    new = self._record_values(i)
+                    new = record_values(i)
                     if self._conflict(seen, new):
                         attempt += 1
                         seen = new
@@ -138,7 +198,7 @@ class LogTable:
                 else:
                     seen = None
                 if seen is None:
-                    seen = self._record_values(i) if k + 1 < len(idx) and s[k + 1] == s[k] else {}
+                    seen = record_values(i) if k + 1 < len(idx) and s[k + 1] == s[k] else {}
                 attempt_of[i] = attempt
         return attempt_of
 
@@ -146,14 +206,14 @@ class LogTable:
         if not self._steps:
             return pd.DataFrame({c: [] for c in FRAME_COLUMNS})
         counts = np.asarray(self._counts, dtype=np.int64)
-        codes = np.concatenate(self._codes)
-        values, keep = self._float_values(codes)
+        codes = np.concatenate(self._code_segments)
+        values, keep = self._float_values()
         df = pd.DataFrame(
             {
                 "step": np.repeat(np.asarray(self._steps, dtype=np.int64), counts),
                 "metric": pd.Categorical.from_codes(codes, categories=self.metric_names),
                 "value": values,
-                "attempt": np.repeat(self.attempts(), counts),
+                "attempt": np.repeat(self.attempts(codes, values), counts),
                 "rank": np.repeat(np.asarray(self._ranks, dtype=np.int32), counts),
                 "wall_time": np.repeat(np.asarray(self._walls, dtype=np.float64), counts),
             }
