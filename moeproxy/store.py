@@ -3,12 +3,14 @@
 Tables: ``runs`` (name, role full|proxy|other, proxy_of, framework, format, meta), ``sources``
 (each ingested file with its sha256), ``metric_names`` (stored name <- original name, per run),
 ``scalars`` in long form (run, metric, step, value, attempt, rank, wall_time, source),
-``routing`` (run, step, layer, expert, load), ``findings`` (diagnoses with detector version),
-``jobs`` (background work) and ``meta`` (schema version, a data-version counter for caches).
+``routing`` (run, step, layer, expert, load), ``findings`` (diagnoses with detector version) and
+``meta`` (schema version, a data-version counter for caches). Background jobs keep their state in
+their job folders (``moeproxy.jobs``), not here: a worker never needs the database's single
+writer slot while the dashboard reads.
 NaN and +-inf are values: stored as such (inserted through Arrow, which keeps them), never NULL.
 
 Lifecycle and concurrency: every operation opens the file, works, and closes it again, so the
-dashboard, ``moeproxy ingest`` and background jobs take turns. DuckDB allows one process on a
+dashboard and ``moeproxy ingest`` take turns. DuckDB allows one process on a
 file at a time; a process that finds the file locked retries for ``lock_timeout`` seconds and
 then raises ``StoreBusy`` naming the holder. Writes happen in one transaction (``Store.write()``),
 so readers never see a half-ingested run and a failed ingest leaves the store as it was.
@@ -62,9 +64,6 @@ CREATE TABLE IF NOT EXISTS routing (
 CREATE TABLE IF NOT EXISTS findings (
     run_id INTEGER NOT NULL, detector_version VARCHAR, created_at TIMESTAMPTZ, verdict VARCHAR,
     onset_step BIGINT, result JSON);
-CREATE TABLE IF NOT EXISTS jobs (
-    job_id VARCHAR PRIMARY KEY, kind VARCHAR NOT NULL, spec JSON, state VARCHAR NOT NULL,
-    created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ, pid INTEGER, work_dir VARCHAR, result JSON);
 """
 
 
