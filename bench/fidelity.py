@@ -1,10 +1,11 @@
 """Does the proxy reproduce the failure, and how much cheaper is it? Prints the fidelity table.
 
 Runs every scenario at each keep ratio for each seed (full model once per scenario and seed, one
-clustering proxy per ratio and seed, reused across scenarios) plus two baselines at the baseline
+clustering proxy per ratio and seed, reused across scenarios) plus three baselines at the baseline
 ratios: ``random`` (the same number of experts kept at random, masked in the full model: routing
-of a random pruning, cost of the full model) and ``dense`` (a dense Qwen3 with the proxy's active
-parameter count, pre-trained by the same recipe). Each row aggregates the seeds: verdicts that
+of a random pruning, cost of the full model), ``dense`` (a dense Qwen3 with the proxy's active
+parameter count, pre-trained by the same recipe) and ``replica`` (the full model again, same
+prompts, another rollout sampling seed: the noise ceiling of every correlation). Each row aggregates the seeds: verdicts that
 match the full run, onset relative difference (mean, max), grad-norm / loss / reward correlation
 (mean +- sd) and per-step time (median of medians). Results: OUT/results.json and OUT/table.md.
 
@@ -116,14 +117,15 @@ def table(rows: list[dict]) -> str:
         diff = f"{statistics.mean(diffs):.2f}/{max(diffs):.2f}" if diffs else "n/a"
         times_f = [r["step_time_full"] for r in group if r["step_time_full"]]
         times_p = [r["step_time_proxy"] for r in group if r["step_time_proxy"]]
-        step_p = f"{statistics.median(times_p):.3f}" + (" (masked full)" if kind == "random" else "") if times_p else "n/a"
+        note = {"random": " (masked full)", "replica": " (full)"}.get(kind, "")
+        step_p = f"{statistics.median(times_p):.3f}{note}" if times_p else "n/a"
         state = [r["model_state_ratio"] for r in group if r["model_state_ratio"]]
         lines.append(
             f"| {scenario} | {kind} | {ratio:g} | {len(group)} | {verdicts('verdict_full')} | {verdicts('verdict_proxy')} "
             f"| {sum(r['verdict_match'] for r in group)}/{len(group)} | {onsets('onset_full')} | {onsets('onset_proxy')} "
             f"| {diff} | {_fmt_mean_sd([r['r_grad_norm'] for r in group])} | {_fmt_mean_sd([r['r_loss'] for r in group])} "
             f"| {_fmt_mean_sd([r['r_reward'] for r in group])} "
-            f"| {statistics.median(times_f):.3f} | {step_p} | {(f'{statistics.median(state):.2f}' if state and kind != 'random' else 'n/a')} |"
+            f"| {statistics.median(times_f):.3f} | {step_p} | {(f'{statistics.median(state):.2f}' if state and kind not in ('random', 'replica') else 'n/a')} |"
             if times_f else f"| {scenario} | {kind} | {ratio:g} | {len(group)} | incomplete |")
     return "\n".join(lines)
 
@@ -137,7 +139,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--heal-steps", type=int, default=100)
-    parser.add_argument("--baselines", nargs="*", default=["random", "dense"], choices=["random", "dense"])
+    parser.add_argument("--baselines", nargs="*", default=["random", "dense", "replica"],
+                        choices=["random", "dense", "replica"])
     parser.add_argument("--baseline-ratios", nargs="*", type=float, default=[0.25])
     parser.add_argument("--baseline-seeds", nargs="*", type=int, default=None,
                         help="seeds the baselines run at (default: every seed)")

@@ -42,16 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--log", required=True, help="JSONL file to write")
 
     p = sub.add_parser("run", help="build a proxy, run the scenario on full and proxy, ingest, compare")
-    p.add_argument("--scenario", required=True)
-    p.add_argument("--keep-ratio", type=_ratio, default=0.25)
-    p.add_argument("--steps", type=_positive_int, default=60)
+    p.add_argument("--scenario", required=True, help="healthy, overflow, divergence, precision_mismatch or "
+                   "routing_collapse (see moeproxy.repro.scenarios)")
+    p.add_argument("--keep-ratio", type=_ratio, default=0.25, help="fraction of experts kept per MoE layer (default 0.25)")
+    p.add_argument("--steps", type=_positive_int, default=60, help="GRPO steps of each run (default 60)")
     p.add_argument("--out", required=True, help="output directory (proxy checkpoint, logs, fidelity.json)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of prompts, sampling and the proxy build (default 0)")
     p.add_argument("--model", default=None, help="full checkpoint (default: data/tiny-moe)")
     p.add_argument("--db", default=None, help="run store (default: MOEPROXY_DB or the per-user store)")
     p.add_argument("--name", default=None, help="run name prefix (default: repro-<scenario>-s<seed>)")
-    p.add_argument("--baseline", choices=("cluster", "random", "dense"), default="cluster",
-                   help="proxy kind: clustering (moeproxy build, default), random experts, or a dense model")
+    p.add_argument("--baseline", choices=("cluster", "random", "dense", "replica"), default="cluster",
+                   help="proxy kind: clustering (moeproxy build, default), random experts, a dense model, or "
+                        "a replica (the full model with another sampling seed: the noise ceiling)")
     p.add_argument("--heal-steps", type=int, default=100,
                    help="supervised steps on the proxy after pruning, before RL (default 100)")
     p.add_argument("--no-evaluate", action="store_true", help="skip the keep/reject evaluation of the proxy")

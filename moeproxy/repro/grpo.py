@@ -37,6 +37,7 @@ class GrpoConfig:
 
     steps: int = 60
     seed: int = 0
+    sampling_seed: int | None = None  # rollout sampling noise (default: seed); prompts always follow seed
     prompts_per_step: int = 8
     group_size: int = 8
     mini_batches: int = 2
@@ -125,7 +126,8 @@ class GrpoTrainer:
         self.total_params = sum(p.numel() for p in model.parameters())
         self.active_params = active_parameters(model)
         self.rng = random.Random(config.seed)
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(
+            config.seed if config.sampling_seed is None else config.sampling_seed)
         torch.manual_seed(config.seed)
 
     # -- pieces of one step ------------------------------------------------------------------

@@ -15,7 +15,9 @@ saved with the store's findings. Baselines (bench/fidelity.py): ``random`` keeps
 experts chosen at random, by masking the others in the full model with the proxy package's masking
 reference (pruning == masking, so the routing is the pruned model's, but the cost is the full
 model's); ``dense`` is a dense Qwen3 with the proxy's active parameter count, pre-trained by the
-same recipe (cached in ``dense_cache``).
+same recipe (cached in ``dense_cache``); ``replica`` is the full model itself, trained on the same
+prompts with another rollout sampling seed: the noise ceiling, i.e. the best agreement any proxy
+can show when runs differ only in which completions were sampled.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from moeproxy.errors import InputError
 
-BASELINES = ("cluster", "random", "dense")
+BASELINES = ("cluster", "random", "dense", "replica")
 
 
 @dataclass
@@ -82,7 +84,16 @@ def build_cluster_proxy(spec: HarnessSpec, log=print) -> tuple[Path, dict]:
     built = spec.out / "proxy-build"
     if built.exists():
         shutil.rmtree(built)
-    report = build_proxy(BuildSpec(src=_full_dir(spec), out=built, keep_ratio=spec.keep_ratio, seed=spec.seed))
+    from moeproxy.proxy.arch import adapter_for
+
+    config = json.loads((_full_dir(spec) / "config.json").read_text())
+    adapter = adapter_for(config)
+    experts, top_k = adapter.num_experts(config), adapter.top_k(config)
+    # top-k is kept (pruning == masking) unless the kept experts would not exceed it (32 -> 4 with
+    # top-4 routes every token to every expert): then it shrinks with the expert count (k * E'/E)
+    top_k_mode = "keep" if round(spec.keep_ratio * experts) > top_k else "scale"
+    report = build_proxy(BuildSpec(src=_full_dir(spec), out=built, keep_ratio=spec.keep_ratio, seed=spec.seed,
+                                   top_k=top_k_mode))
     summary = {k: report.get(k) for k in ("family", "experts_before", "experts_after", "top_k_before",
                                           "top_k_after", "kept_experts", "bytes_before", "bytes_after")}
     summary["verify_passed"] = report.get("verify", {}).get("passed")
@@ -139,11 +150,15 @@ def dense_model(spec: HarnessSpec, log=print):
                               "note": f"active parameters of the full model: {active_parameters(full)}"}
 
 
-def _train(model, tokenizer, spec: HarnessSpec, log_path: Path) -> dict:
+# The replica's sampling seed: same prompts as the full run, other rollout samples.
+REPLICA_SAMPLING_OFFSET = 7919
+
+
+def _train(model, tokenizer, spec: HarnessSpec, log_path: Path, **extra) -> dict:
     from moeproxy.repro.grpo import run_grpo
     from moeproxy.repro.scenarios import get_scenario
 
-    config = get_scenario(spec.scenario).config(spec.steps, spec.seed)
+    config = get_scenario(spec.scenario).config(spec.steps, spec.seed, **extra)
     summary = run_grpo(model, tokenizer, config, log_path)
     summary.pop("config", None)
     return summary
@@ -242,6 +257,10 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
         supervised_steps(proxy_model, proxy_tok, spec.heal_steps, spec.seed, 1e-3)
         proxy_info["heal"] = {"steps": spec.heal_steps}
         timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+    elif spec.baseline == "replica":
+        proxy_model, proxy_tok = load_tiny_moe(_full_dir(spec))
+        proxy_info = {"replica": "the full model, same prompts, sampling seed "
+                                 f"{spec.seed + REPLICA_SAMPLING_OFFSET}"}
     else:
         proxy_model, proxy_tok, proxy_info = dense_model(spec, log=log)
         timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
@@ -260,7 +279,8 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
         log(f"full run: {spec.steps} steps, {full_summary['step_time_median_s']:.3f} s/step")
     timings["full_rl_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
-    proxy_summary = _train(proxy_model, proxy_tok, spec, spec.out / "proxy.jsonl")
+    extra = {"sampling_seed": spec.seed + REPLICA_SAMPLING_OFFSET} if spec.baseline == "replica" else {}
+    proxy_summary = _train(proxy_model, proxy_tok, spec, spec.out / "proxy.jsonl", **extra)
     timings["proxy_rl_s"] = round(time.perf_counter() - t, 2)
     log(f"proxy run: {spec.steps} steps, {proxy_summary['step_time_median_s']:.3f} s/step")
 
