@@ -35,7 +35,7 @@ COST_METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "parameters": (("perf/total_params",), "last"),
     "active_parameters": (("perf/active_params",), "last"),
     "model_state_gb": (("perf/model_state_gb",), "max"),
-    "peak_memory_gb": (("perf/max_memory_allocated_gb", "perf/cpu_memory_used_gb"), "max"),
+    "peak_memory_gb": (("perf/max_memory_allocated_gb", "perf/run_memory_gb", "perf/cpu_memory_used_gb"), "max"),
 }
 # metrics left out of the correlation table: bookkeeping, constants and cost
 _NOT_CORRELATED = {"lr", "step_time", "loss_scale"}

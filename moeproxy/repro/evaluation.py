@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from moeproxy.errors import InputError
+from moeproxy.repro.memory import reset_peak_rss, rss_kib
 
 
 @dataclass(frozen=True)
@@ -64,24 +65,6 @@ def read_tasks(path: str | Path) -> list[dict]:
     return tasks
 
 
-def _rss_kib(field: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _reset_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
 def measure_model(path: str | Path, tasks: list[dict], batch_size: int = 256) -> dict:
     """Exact match, perplexity, peak memory and tokens/s of one checkpoint on ``tasks``."""
     import torch
@@ -89,8 +72,8 @@ def measure_model(path: str | Path, tasks: list[dict], batch_size: int = 256) ->
     from moeproxy.repro.sampling import decode_completions, encode_prompts, encode_supervised, position_ids_for, sample
     from moeproxy.repro.tiny_moe import load_tiny_moe
 
-    can_reset = _reset_peak()
-    before = _rss_kib("VmRSS")
+    can_reset = reset_peak_rss()
+    before = rss_kib("VmRSS")
     model, tokenizer = load_tiny_moe(path)
     model.eval()
     correct, nll, counted, tokens = 0, 0.0, 0, 0
@@ -116,7 +99,7 @@ def measure_model(path: str | Path, tasks: list[dict], batch_size: int = 256) ->
             counted += int(valid.sum())
             tokens += int(full_mask.sum())
     seconds = time.perf_counter() - started
-    peak = _rss_kib("VmHWM")
+    peak = rss_kib("VmHWM")
     return {
         "path": str(path),
         "exact_match": correct / len(tasks),

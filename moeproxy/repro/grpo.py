@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from moeproxy.repro import arithmetic
+from moeproxy.repro.memory import reset_peak_rss, rss_kib
 from moeproxy.repro.probes import RoutingProbe
 from moeproxy.repro.sampling import Rollout, decode_completions, encode_prompts, sample, sequence_logprobs
 from moeproxy.repro.verl_log import VerlFileLogger
@@ -110,7 +111,10 @@ class GrpoTrainer:
     """Owns policy, optimizer, optional reference, rollout engine and the routing probe."""
 
     def __init__(self, model, tokenizer, config: GrpoConfig):
+        # the run's memory is measured from here (see perf/run_memory_gb)
+        self.memory_base_kib = rss_kib("VmRSS") if reset_peak_rss() else None
         self.model = model.float()
+        self.param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self.tokenizer = tokenizer
         self.config = config
         router_params = _router_parameters(model)
@@ -229,6 +233,11 @@ class GrpoTrainer:
                 metrics[f"routing/load/layer_{layer}/expert_{expert}"] = share
         metrics["timing_s/step"] = time.perf_counter() - t0
         metrics["perf/cpu_memory_used_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+        if self.memory_base_kib is not None and (peak := rss_kib("VmHWM")) is not None:
+            # this run's own memory: the parameters plus the resident high-water mark above the
+            # process's size when the run started (grads, optimizer, reference, rollout copies,
+            # activations); comparable between two runs made one after the other in one process
+            metrics["perf/run_memory_gb"] = (self.param_bytes + (peak - self.memory_base_kib) * 1024) / 1024**3
         metrics["perf/model_state_gb"] = self.model_state_bytes() / 1024**3
         metrics["perf/total_params"] = self.total_params
         metrics["perf/active_params"] = self.active_params

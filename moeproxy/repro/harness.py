@@ -22,6 +22,7 @@ can show when runs differ only in which completions were sampled.
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import shutil
@@ -277,6 +278,8 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
         full_model, full_tok = load_tiny_moe(_full_dir(spec))
         full_summary = _train(full_model, full_tok, spec, full_log)
         log(f"full run: {spec.steps} steps, {full_summary['step_time_median_s']:.3f} s/step")
+        del full_model  # the proxy run's memory is measured without the full model resident
+        gc.collect()
     timings["full_rl_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
     extra = {"sampling_seed": spec.seed + REPLICA_SAMPLING_OFFSET} if spec.baseline == "replica" else {}
