@@ -7,7 +7,8 @@ of a random pruning, cost of the full model), ``dense`` (a dense Qwen3 with the 
 parameter count, pre-trained by the same recipe) and ``replica`` (the full model again, same
 prompts, another rollout sampling seed: the noise ceiling of every correlation). Each row aggregates the seeds: verdicts that
 match the full run, onset relative difference (mean, max), grad-norm / loss / reward correlation
-(mean +- sd) and per-step time (median of medians). Results: OUT/results.json and OUT/table.md.
+(mean +- sd) and training-state ratio; then a back-to-back cost measurement (per-step time,
+training state) of the full model and each ratio's proxy. Results: OUT/results.json, OUT/cost.json, OUT/table.md.
 
     python bench/fidelity.py                       # full grid: 5 scenarios x 3 ratios x 3 seeds + baselines
     python bench/fidelity.py --ratios 0.25 --seeds 0 1 2 --steps 30
@@ -90,10 +91,64 @@ def run_grid(args) -> list[dict]:
             "r_reward": result["correlations"].get("reward_mean"),
             "step_time_full": cost.get("step_time_s", {}).get("full"),
             "step_time_proxy": cost.get("step_time_s", {}).get("proxy"),
-            "model_state_ratio": cost.get("model_state_bytes", {}).get("ratio"),
+            "model_state_ratio": (cost.get("model_state_bytes", {}).get("ratio")
+                                  or cost.get("model_state_gb", {}).get("ratio")),
             "evaluation": (result.get("evaluation") or {}).get("decision"),
         })
     return rows
+
+
+def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: int) -> dict:
+    """Per-step time and training-state memory of the full model and each ratio's clustering proxy,
+    measured here back to back (healthy scenario; one warm-up round, then ``rounds`` rounds of
+    ``steps`` GRPO steps in alternating order), so that both sides of a ratio see the same machine
+    load. Memory is the training state (parameters, gradients, Adam moments): resident-size
+    figures of a model this small are dominated by allocator noise. Proxies are the healed ones
+    the grid built (OUT/healthy-cluster-r<ratio>-s<seed>/proxy)."""
+    import tempfile
+
+    import torch
+
+    from moeproxy.repro.grpo import run_grpo
+    from moeproxy.repro.scenarios import get_scenario
+    from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT, load_tiny_moe
+
+    torch.set_num_threads(1)
+    sides = {"full": Path(DEFAULT_CHECKPOINT)}
+    for ratio in ratios:
+        proxy = out / f"healthy-cluster-r{ratio:g}-s{seed}" / "proxy"
+        if proxy.is_dir():
+            sides[f"{ratio:g}"] = proxy
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    state: dict[str, int] = {}
+    config = get_scenario("healthy").config(steps, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds + 1):
+            for name, path in (list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]):
+                model, tok = load_tiny_moe(path)
+                summary = run_grpo(model, tok, config, Path(tmp) / f"{name}-{r}.jsonl")
+                state[name] = summary["model_state_bytes"]
+                del model
+                if r == 0:
+                    continue  # warm-up: first-time allocations and kernel set-up
+                times[name].append(summary["step_time_median_s"])
+                print(f"  cost round {r}/{rounds} {name}: {summary['step_time_median_s']:.3f} s/step", flush=True)
+    return {name: {"step_s": statistics.median(times[name]), "step_s_all": times[name],
+                   "state_mib": state[name] / 2**20} for name in sides}
+
+
+def cost_table(cost: dict) -> str:
+    full = cost["full"]
+    lines = ["| model | step s (median of rounds) | step s per round | step ratio proxy/full "
+             "| training state MiB | state ratio proxy/full |",
+             "|---|---|---|---|---|---|",
+             f"| full (32 experts) | {full['step_s']:.3f} | {' '.join(f'{t:.3f}' for t in full['step_s_all'])} | 1 "
+             f"| {full['state_mib']:.1f} | 1 |"]
+    for name, c in cost.items():
+        if name != "full":
+            lines.append(f"| cluster proxy, ratio {name} | {c['step_s']:.3f} | {' '.join(f'{t:.3f}' for t in c['step_s_all'])} "
+                         f"| {c['step_s'] / full['step_s']:.2f} | {c['state_mib']:.1f} | {c['state_mib'] / full['state_mib']:.2f} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict]) -> str:
@@ -101,7 +156,7 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         groups.setdefault((row["scenario"], row["kind"], row["ratio"]), []).append(row)
     head = ("| scenario | proxy | ratio | seeds | verdict full | verdict proxy | match | onset full | onset proxy "
-            "| onset rel. diff mean/max | r grad_norm | r loss | r reward | step s full | step s proxy | state ratio |")
+            "| onset rel. diff mean/max | r grad_norm | r loss | r reward | state ratio |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for (scenario, kind, ratio), group in groups.items():
         def verdicts(key):
@@ -115,18 +170,13 @@ def table(rows: list[dict]) -> str:
 
         diffs = [r["onset_rel_diff"] for r in group if r["onset_rel_diff"] is not None]
         diff = f"{statistics.mean(diffs):.2f}/{max(diffs):.2f}" if diffs else "n/a"
-        times_f = [r["step_time_full"] for r in group if r["step_time_full"]]
-        times_p = [r["step_time_proxy"] for r in group if r["step_time_proxy"]]
-        note = {"random": " (masked full)", "replica": " (full)"}.get(kind, "")
-        step_p = f"{statistics.median(times_p):.3f}{note}" if times_p else "n/a"
         state = [r["model_state_ratio"] for r in group if r["model_state_ratio"]]
         lines.append(
             f"| {scenario} | {kind} | {ratio:g} | {len(group)} | {verdicts('verdict_full')} | {verdicts('verdict_proxy')} "
             f"| {sum(r['verdict_match'] for r in group)}/{len(group)} | {onsets('onset_full')} | {onsets('onset_proxy')} "
             f"| {diff} | {_fmt_mean_sd([r['r_grad_norm'] for r in group])} | {_fmt_mean_sd([r['r_loss'] for r in group])} "
             f"| {_fmt_mean_sd([r['r_reward'] for r in group])} "
-            f"| {statistics.median(times_f):.3f} | {step_p} | {(f'{statistics.median(state):.2f}' if state and kind not in ('random', 'replica') else 'n/a')} |"
-            if times_f else f"| {scenario} | {kind} | {ratio:g} | {len(group)} | incomplete |")
+            f"| {(f'{statistics.median(state):.2f}' if state and kind not in ('random', 'replica') else 'n/a')} |")
     return "\n".join(lines)
 
 
@@ -146,6 +196,9 @@ def main(argv=None) -> int:
                         help="seeds the baselines run at (default: every seed)")
     parser.add_argument("--out", default="bench/out/fidelity")
     parser.add_argument("--resume", action="store_true", help="reuse pairs whose fidelity.json exists")
+    parser.add_argument("--cost-steps", type=int, default=10,
+                        help="GRPO steps per side in the back-to-back cost measurement (0: skip it)")
+    parser.add_argument("--cost-rounds", type=int, default=5)
     parser.add_argument("--table-only", action="store_true",
                         help="tabulate the pairs already in OUT (fidelity.json) without running any")
     args = parser.parse_args(argv)
@@ -154,6 +207,16 @@ def main(argv=None) -> int:
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     text = table(rows)
+    cost = None
+    if args.table_only and (out / "cost.json").is_file():
+        cost = json.loads((out / "cost.json").read_text())
+    elif args.cost_steps > 0:
+        cost = measure_cost(out, args.ratios, args.seeds[0], args.cost_steps, args.cost_rounds)
+        (out / "cost.json").write_text(json.dumps(cost, indent=2) + "\n")
+    if cost is not None:
+        text += ("\n\nCost, measured back to back (healthy scenario, one warm-up round, then "
+                 f"{args.cost_rounds} rounds of {args.cost_steps} steps in alternating order, one thread):\n\n"
+                 + cost_table(cost))
     (out / "table.md").write_text(text + "\n")
     print(text)
     print(f"\n{len(rows)} pairs, {args.steps} steps each, seeds {args.seeds}; {time.perf_counter() - started:.0f} s; "
