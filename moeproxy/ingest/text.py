@@ -5,8 +5,9 @@ A metric line carries a step counter (``step 12``, ``iter 12:``, ``Iter 12:``, `
 pairs: nanoGPT ``iter 100: loss 2.34, time 45.6ms, mfu 12.3%``, torchtitan
 ``step:  1  loss:  8.1  memory: 2.3GiB(3%)``, mlx-lm ``Iter 10: Train loss 2.345, Learning Rate
 1.0e-05``, ``step=5 loss=2.1 gnorm=0.8``, tqdm ``450/1000 [01:23<01:40, loss=2.3]``. Timestamps
-and rank prefixes are tolerated; keys are lower-cased. When no line has a step counter, lines
-with at least two numeric pairs are records and their index is the step.
+and rank prefixes are tolerated; keys are lower-cased. A file with no step counter but an epoch
+counter (``epoch: 3 loss: 1.2 acc: 0.5``) uses the epoch as the step. When no line has a counter,
+lines with at least two numeric pairs are records and their index is the step.
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ STEP = re.compile(
     re.IGNORECASE,
 )
 TQDM = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
+# an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
+EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
 KEY_EQ = re.compile(r"([A-Za-z_][\w./@\-]*)\s*=\s*\[?(" + NUMBER + r")", re.IGNORECASE)
 KEY_COLON = re.compile(r"^([A-Za-z_][\w./@\-() ]*?)\s*:\s*\[?(" + NUMBER + r")", re.IGNORECASE)
+# several ``key: value`` pairs in one single-spaced segment (``epoch: 3 loss: 1.2 acc: 0.5``)
+KEY_COLON_RUN = re.compile(r"([A-Za-z_][\w./@\-()]*(?: [A-Za-z_][\w./@\-()]*)*?)\s*:\s*\[?(" + NUMBER + r")(?![\w.])",
+                           re.IGNORECASE)
 KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")", re.IGNORECASE)
 SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s{2,}|\t")
 
@@ -53,6 +59,11 @@ def extract_pairs(text: str) -> dict[str, float]:
         if eq:
             for key, raw in eq:
                 record[key.lower()] = _number(raw)
+            continue
+        run = KEY_COLON_RUN.findall(segment)
+        if len(run) >= 2:
+            for key, raw in run:
+                record[" ".join(key.lower().split())] = _number(raw)
             continue
         m = KEY_COLON.match(segment) or KEY_SPACE.match(segment)
         if m:
@@ -82,6 +93,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
     table = LogTable()
     skipped = 0
     indexless: list[tuple[int, dict]] = []
+    by_epoch: list[tuple[int, int, dict]] = []
     for _, raw in src.lines():
         line = _strip(raw)
         hit = find_step(line)
@@ -89,6 +101,11 @@ def parse_text(src: SourceFile) -> ParsedLog:
             record = extract_pairs(hit[1])
             if record:
                 table.add_dict(hit[0], record, rank=rank_of(raw))
+                continue
+        elif len(table) == 0 and (m := EPOCH.search(line)):
+            record = extract_pairs(line[: m.start()] + " , " + line[m.end():])
+            if record:
+                by_epoch.append((int(m.group(1)), rank_of(raw), record))
                 continue
         elif len(table) == 0:
             record = extract_pairs(line)
@@ -98,12 +115,16 @@ def parse_text(src: SourceFile) -> ParsedLog:
         if raw.strip():
             skipped += 1
     from_index = False
-    if len(table) == 0 and indexless:
+    if len(table) == 0 and by_epoch:
+        for epoch, rank, record in by_epoch:
+            table.add_dict(epoch, record, rank=rank)
+        skipped += len(indexless)
+    elif len(table) == 0 and indexless:
         from_index = True
         for index, (rank, record) in enumerate(indexless):
             table.add_dict(index, record, rank=rank)
     else:
-        skipped += len(indexless)
+        skipped += len(indexless) + len(by_epoch)
     return ParsedLog(src.path, "text", guess_framework(table.metric_names), src.sha256, table.frame(),
                      skipped, from_index)
 
@@ -114,6 +135,8 @@ def sniff_text(src: SourceFile) -> float:
     for raw in lines:
         hit = find_step(_strip(raw))
         if hit is not None and extract_pairs(hit[1]):
+            with_step += 1
+        elif hit is None and (m := EPOCH.search(_strip(raw))) and extract_pairs(_strip(raw)[m.end():]):
             with_step += 1
     if with_step:
         return 0.3

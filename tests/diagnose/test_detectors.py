@@ -71,6 +71,15 @@ def test_sudden_nan_is_overflow_not_divergence():
     assert res["verdict"] == "overflow" and res["onset_step"] == 71
 
 
+def test_one_record_spike_into_nan_is_reported_as_its_precursor_not_a_recovered_blip():
+    loss = list(10.0 * np.exp(-np.arange(9) / 6.0) + 5.0) + [20.0, np.nan, np.nan, np.nan]
+    res = diagnose_series({"loss": series(loss, every=10)})
+    assert res["verdict"] == "overflow" and res["onset_step"] == 110
+    (warning,) = [f for f in res["findings"] if f["category"] == "divergence"]
+    assert warning["rule"] == "spike_before_nonfinite" and warning["onset_step"] == 100
+    assert "recovered" not in warning["evidence"] and "nan at step 110" in warning["evidence"]
+
+
 def test_early_high_grad_norms_are_warmup():
     g = noisy(120) * (1 + 20 * np.exp(-np.arange(120) / 5))
     assert diagnose_series({"grad_norm": series(g)})["verdict"] == "healthy"

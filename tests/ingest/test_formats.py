@@ -93,6 +93,21 @@ def test_record_index_stands_in_for_a_missing_step_counter(tmp_path):
     assert not parse_file(LOGS / "megatron.log").step_from_index
 
 
+def test_epoch_counter_is_the_step_when_no_other_counter_exists(tmp_path):
+    log = tmp_path / "keras.log"
+    log.write_text("".join(f"epoch: {e} loss: {2.0 / e:.3f} acc: {0.1 * e:.2f}\n" for e in range(1, 6))
+                   + "Epoch 6/6 - loss: nan - val loss: 1.9\n")
+    parsed = parse_file(log)
+    assert parsed.format == "text" and not parsed.step_from_index
+    frame = parsed.frame.set_index(["metric", "step"])["value"]
+    assert sorted(parsed.frame["step"].unique()) == [1, 2, 3, 4, 5, 6]
+    assert frame[("loss", 2)] == 1.0 and frame[("acc", 5)] == 0.5 and math.isnan(frame[("loss", 6)])
+    # beside a real step counter, epoch lines are not steps
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text("step 10 loss=2.0\nepoch 1 val_loss=1.5 acc=0.2\nstep 20 loss=1.8\n")
+    assert sorted(parse_file(mixed).frame["step"].unique()) == [10, 20]
+
+
 def test_non_metric_lines_are_skipped_and_counted():
     assert parse_file(LOGS / "verl_console.log").skipped_lines == 3
     assert parse_file(LOGS / "megatron.log").skipped_lines == 5

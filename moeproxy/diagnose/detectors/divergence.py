@@ -75,6 +75,13 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         else:
             critical = n_rec >= 3
             tail = f"; back in band after step {int(steps[d.end])}"
+        if not critical and at_end and truncated:
+            # one record up, then the series turns non-finite: not a blip that recovered; the
+            # overflow keeps the verdict, this says what came just before it
+            out.append(Finding(DIVERGENCE, int(steps[d.first]), WARNING, name, "spike_before_nonfinite",
+                               f"{name} rose to {fmt(peak)}x its median of {fmt(base)} at step {int(steps[d.first])}, "
+                               f"the last finite record before {fmt(vals[cut])} at step {int(steps[cut])}"))
+            continue
         if not critical:
             blips.append((int(steps[d.first]), peak))
             continue
