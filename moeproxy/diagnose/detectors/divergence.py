@@ -76,11 +76,13 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
             critical = n_rec >= 3
             tail = f"; back in band after step {int(steps[d.end])}"
         if not critical and at_end and truncated:
-            # one record up, then the series turns non-finite: not a blip that recovered; the
-            # overflow keeps the verdict, this says what came just before it
-            out.append(Finding(DIVERGENCE, int(steps[d.first]), WARNING, name, "spike_before_nonfinite",
-                               f"{name} rose to {fmt(peak)}x its median of {fmt(base)} at step {int(steps[d.first])}, "
-                               f"the last finite record before {fmt(vals[cut])} at step {int(steps[cut])}"))
+            # one record up, then the series turns non-finite: not a blip that recovered. The
+            # overflow keeps the verdict unless the spike is large and a lasting change starts with
+            # it (verdict.py promotes a large_spike); either way this says what came just before
+            what = (f"{name} rose to {fmt(peak)}x its median of {fmt(base)} at step {int(steps[d.first])}, "
+                    f"the last finite record before {fmt(vals[cut])} at step {int(steps[cut])}")
+            rule = "large_spike" if peak >= LARGE_SPIKE else "spike_before_nonfinite"
+            out.append(Finding(DIVERGENCE, int(steps[d.first]), WARNING, name, rule, what))
             continue
         if not critical:
             blips.append((int(steps[d.first]), peak))
