@@ -21,6 +21,7 @@ from moeproxy.ingest.derive import apply_units, derive_series, split_routing
 from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.names import resolve_names
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
+from moeproxy.ingest.table import StepOutOfRange
 
 __all__ = ["FORMATS", "IngestSummary", "LogFormat", "ParsedLog", "ingest_paths", "parse_file", "expand_paths"]
 
@@ -61,7 +62,12 @@ class IngestSummary:
 
 def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
     src, log_format = open_and_detect(path, fmt)
-    parsed = log_format.parse(src)
+    try:
+        parsed = log_format.parse(src)
+    except StepOutOfRange as exc:
+        raise InputError(f"{src.path}: {exc}") from None
+    except OverflowError:  # e.g. int(inf) of a JSON step written as 1e999
+        raise InputError(f"{src.path}: a step counter is not a finite integer") from None
     if parsed.frame.empty:
         raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
     return parsed

@@ -68,7 +68,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         numeric = {op: col for op in ops if (col := _numeric(df[op])) is not None}
         names = df["name"].tolist()
         for i, step in enumerate(steps.tolist()):
-            if step != step:
+            if not _valid_step(step):
                 skipped += 1
                 continue
             record = {f"{names[i]}/{op}": vals[i] for op, (vals, present) in numeric.items() if present[i]}
@@ -83,7 +83,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         numeric = {c: col for c in values if (col := _numeric(df[c])) is not None}
         steps = pd.to_numeric(df[step_col], errors="coerce").tolist() if step_col else None
         for i in range(len(df)):
-            if steps is not None and steps[i] != steps[i]:
+            if steps is not None and not _valid_step(steps[i]):
                 skipped += 1
                 continue
             record = {names[c]: vals[i] for c, (vals, present) in numeric.items() if present[i]}
@@ -92,6 +92,11 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         if framework == "unknown":
             framework = guess_framework(table.metric_names)
     return ParsedLog(src.path, fmt, framework, src.sha256, table.frame(), skipped, from_index)
+
+
+def _valid_step(step: float) -> bool:
+    """A step cell that can be a step: finite and within int64 (rows with NaN, inf or 1e300 are skipped)."""
+    return step == step and abs(step) < 2**62
 
 
 def sniff_csv(src: SourceFile) -> float:

@@ -120,12 +120,13 @@ def _scan(lines: Iterable[str], last_step: int | None = 0) -> _Scan:
     def rank_for(line: str) -> int:
         if line.startswith(last[0]):
             return last[1]
-        prefix = line[: line.find("]") + 1] if line.startswith("[") else ""
+        if not line.startswith("["):  # e.g. "rank3: ..." or no tag: the regex decides
+            return rank_of(line)
+        prefix = line[: line.find("]") + 1]
         rank = ranks.get(prefix)
         if rank is None:
             rank = ranks[prefix] = rank_of(line)
-        if prefix:
-            last[0], last[1] = prefix, rank
+        last[0], last[1] = prefix, rank
         return rank
 
     for line in lines:

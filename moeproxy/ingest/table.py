@@ -21,6 +21,15 @@ from moeproxy.ingest.values import coerce_json_value
 FRAME_COLUMNS = ("step", "metric", "value", "attempt", "rank", "wall_time")
 
 
+class StepOutOfRange(ValueError):
+    """A step counter that does not fit a 64-bit integer (the parser names the file)."""
+
+    def __init__(self, step) -> None:
+        shown = f"{float(step):.4g}" if abs(step) >= 10**20 else str(step)
+        super().__init__(f"step {shown} is out of range (steps must fit a 64-bit integer)")
+        self.step = step
+
+
 class LogTable:
     def __init__(self) -> None:
         self.metric_names: list[str] = []
@@ -111,6 +120,13 @@ class LogTable:
         self._walls.extend(other._walls)
         self._counts.extend(other._counts)
 
+    def _step_array(self) -> np.ndarray:
+        try:
+            return np.asarray(self._steps, dtype=np.int64)
+        except OverflowError:
+            bad = next(s for s in self._steps if not -2**63 <= s < 2**63)
+            raise StepOutOfRange(bad) from None
+
     def add_dict(self, step: int, record: dict, rank: int = -1, wall_time: float = math.nan) -> None:
         self.add(step, record.keys(), record.values(), rank, wall_time)
 
@@ -160,7 +176,7 @@ class LogTable:
         already has with another value (HF Trainer's eval entries repeat ``epoch``; a restart
         re-logs the step with new values). Values are only looked at for such equal steps.
         """
-        steps = np.asarray(self._steps, dtype=np.int64)
+        steps = self._step_array()
         ranks = np.asarray(self._ranks, dtype=np.int64)
         attempt_of = np.zeros(len(steps), dtype=np.int16)
         offsets = None
@@ -210,7 +226,7 @@ class LogTable:
         values, keep = self._float_values()
         df = pd.DataFrame(
             {
-                "step": np.repeat(np.asarray(self._steps, dtype=np.int64), counts),
+                "step": np.repeat(self._step_array(), counts),
                 "metric": pd.Categorical.from_codes(codes, categories=self.metric_names),
                 "value": values,
                 "attempt": np.repeat(self.attempts(codes, values), counts),

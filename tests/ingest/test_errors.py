@@ -57,11 +57,17 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     badstate.write_text('{"log_history": [{"loss": 1.0, "step": 1}, {"loss": ')
     files["truncated-json"] = (badstate, "truncated JSON")
     files["missing"] = (tmp_path / "nope.log", "no such file")
+    huge = tmp_path / "huge_step.log"
+    huge.write_text("step 2 loss=1.0\nstep 99999999999999999999999 loss=2.0\n")
+    files["huge-step"] = (huge, "step 1e+23 is out of range")
+    inf_step = tmp_path / "inf_step.jsonl"
+    inf_step.write_text('{"step": 1, "data": {"a": 1}}\n{"step": 1e999, "data": {"a": 2}}\n')
+    files["inf-step"] = (inf_step, "not a finite integer")
     return files
 
 
 @pytest.mark.parametrize("case", ["empty", "binary", "encoding", "unrecognised", "truncated", "malformed",
-                                  "truncated-json", "missing"])
+                                  "truncated-json", "missing", "huge-step", "inf-step"])
 def test_bad_file_gives_one_clear_line_and_leaves_the_store_unchanged(case, seeded, tmp_path, capsys):
     path, fragment = _bad_files(tmp_path)[case]
     before = _db_digest(seeded)

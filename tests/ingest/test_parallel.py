@@ -66,3 +66,11 @@ def test_no_fork_while_other_threads_run(tmp_path, monkeypatch):
     finally:
         stop.set()
         worker.join()
+
+
+def test_unbracketed_rank_tags_are_read_per_line(tmp_path):
+    path = _log(tmp_path / "ranks.log", [f"rank{r}: iteration {it:4d}/ 100 | lm loss: 2.0 | grad norm: 1.0 |"
+                                         for it in range(1, 4) for r in (0, 1)])
+    frame = parse_file(path).frame
+    assert sorted(frame["rank"].unique()) == [0, 1]
+    assert len(frame[(frame["rank"] == 1) & (frame["metric"] == "lm loss")]) == 3
