@@ -16,6 +16,7 @@ TOKENS = st.sampled_from([
     "nan", "inf", "-inf", "INF", "null", "np.float64(", ")", "grad norm", "lm loss", "actor/grad_norm",
     "1", "-2.5e-3", "42", "/", "[default0]:", "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4, reducing to 2",
     "\t", " ", "loss", "reward", "✨ Global step 3:", "vpp_stage,name,step,norm", "Step,a,b",
+    "epoch", "epoch:", "1e999", "99999999999999999999999", "\r",
 ])
 LINES = st.lists(st.lists(TOKENS, max_size=14).map("".join), min_size=1, max_size=25).map("\n".join)
 
