@@ -37,11 +37,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from moeproxy.contracts import GLOBAL_RANK, ROLES  # noqa: F401  (ROLES re-exported)
 from moeproxy.errors import InputError, NotFound, StoreBusy
 
 SCHEMA_VERSION = 1
-ROLES = ("full", "proxy", "other")
-GLOBAL_RANK = -1  # scalars that are not per-rank
 
 _SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;

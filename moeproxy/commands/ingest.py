@@ -29,13 +29,18 @@ def run(args) -> int:
     # A one-shot command: the imported modules live until exit, so the cyclic collector need not
     # walk them again and again while millions of values are parsed (about 0.2 s on a large log).
     gc.freeze()
-    store = open_store(args)
-    summaries = ingest_paths(store, args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
+    stores = []
+
+    def store_factory():  # opened after parsing: a large log's parse overlaps the pandas/DuckDB import
+        stores.append(open_store(args))
+        return stores[0]
+
+    summaries = ingest_paths(store_factory, args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
                              fmt=args.fmt, progress=progress_printer())
     if args.json:
         print(json.dumps([s.to_dict() for s in summaries], indent=2))
     else:
         for s in summaries:
             print(s.line())
-        print(f"database: {store.label}")
+        print(f"database: {stores[0].label}")
     return 0

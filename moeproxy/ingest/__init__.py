@@ -17,7 +17,6 @@ from typing import Callable, Iterable
 import numpy as np
 
 from moeproxy.errors import InputError
-from moeproxy.ingest.derive import apply_units, derive_series, split_routing
 from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.names import resolve_names
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
@@ -117,8 +116,9 @@ def _summary(parsed: ParsedLog, run: str) -> IngestSummary:
 def ingest_paths(store, paths, run: str | None = None, role: str = "other", proxy_of: str | None = None,
                  fmt: str = "auto", progress: Callable[[str], None] | None = None) -> list[IngestSummary]:
     """Parse all files, then store them in one transaction. Raises InputError before writing
-    anything when any file is unreadable, unrecognised or malformed."""
-    from moeproxy.store import ROLES
+    anything when any file is unreadable, unrecognised or malformed. ``store`` is a ``Store`` or
+    a zero-argument callable returning one (opened only after every file parsed)."""
+    from moeproxy.contracts import ROLES
 
     if role not in ROLES:
         raise InputError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
@@ -139,6 +139,10 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
     if not parsed_all:
         raise InputError(f"{', '.join(str(p) for p in paths)}: no recognised training log found")
 
+    from moeproxy.ingest.derive import apply_units, derive_series, split_routing
+
+    if callable(store):  # a factory: the store (duckdb, pandas) is only opened once every file parsed
+        store = store()
     summaries: list[IngestSummary] = []
     with store.write() as tx:
         seen_in_batch: dict[str, str] = {}

@@ -14,7 +14,6 @@ import csv
 import io
 import re
 
-import pandas as pd
 
 from moeproxy.errors import InputError
 from moeproxy.ingest.names import guess_framework
@@ -33,12 +32,14 @@ def _dialect(src: SourceFile) -> str:
     return "\t" if first.count("\t") > first.count(",") else ","
 
 
-def _numeric(column: pd.Series) -> tuple[list[float], list[bool]] | None:
+def _numeric(column) -> tuple[list[float], list[bool]] | None:
     """(values, present) for a metric column; None when a non-empty cell is not a number.
 
     Empty cells are "not logged at this step" (present=False); nan/inf/null cells are values.
     """
     present = column.str.strip().ne("").tolist()
+    import pandas as pd
+
     out = pd.to_numeric(column, errors="coerce").tolist()
     for i, (value, here) in enumerate(zip(out, present)):
         if here and value != value:  # NaN from coercion: 'nan', 'INF', 'null' or text
@@ -50,6 +51,8 @@ def _numeric(column: pd.Series) -> tuple[list[float], list[bool]] | None:
 
 
 def parse_csv(src: SourceFile) -> ParsedLog:
+    import pandas as pd
+
     try:
         df = pd.read_csv(io.StringIO(src.read_text()), sep=_dialect(src), dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:

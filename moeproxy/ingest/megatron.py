@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -207,8 +208,10 @@ def _child_part(src: SourceFile, start: int, stop: int) -> tuple[_Scan, str]:
 # Files at least this large are parsed in two processes on a machine with two or more free cores.
 PARALLEL_MIN_BYTES = 16 << 20
 # The parent scans the first part, the child the rest; the child also hashes the file and pickles
-# its part back, so it gets a little less to scan.
+# its part back, so it gets a little less to scan, unless the parent still has pandas and DuckDB to
+# import (the ingest command): then the child gets more.
 CHILD_SHARE = 0.45
+CHILD_SHARE_COLD = 0.6
 
 
 def _parallel_scan(src: SourceFile) -> _Scan | None:
@@ -218,11 +221,13 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
     if (src.size < PARALLEL_MIN_BYTES or src.encoding != "utf-8" or threading.active_count() != 1
             or len(os.sched_getaffinity(0)) < 2 or "fork" not in multiprocessing.get_all_start_methods()):
         return None
-    mid = src.line_boundary(int(src.size * (1 - CHILD_SHARE)))
+    share = CHILD_SHARE if "pandas" in sys.modules else CHILD_SHARE_COLD
+    mid = src.line_boundary(int(src.size * (1 - share)))
     if mid <= 0 or mid >= src.size:
         return None
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
         second = pool.submit(_child_part, src, mid, src.size)
+        _load_what_comes_next()  # on this core while the child scans on the other
         first = _scan_range(src, 0, mid, 0)
         try:
             rest, src._sha256 = second.result()
@@ -238,6 +243,15 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
     first.saw_overflow |= rest.saw_overflow
     first.mindspeed |= rest.mindspeed
     return first
+
+
+def _load_what_comes_next() -> None:
+    """Import what storing the parse will need (pandas, the DuckDB store) if not loaded yet: in the
+    ingest command they are not, and importing them here overlaps the child's scan."""
+    import importlib
+
+    for name in ("pandas", "moeproxy.store", "moeproxy.ingest.derive"):
+        importlib.import_module(name)
 
 
 def parse_megatron(src: SourceFile) -> ParsedLog:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Callable
 
 from moeproxy.ingest.source import SourceFile
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass

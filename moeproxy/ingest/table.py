@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import math
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from moeproxy.ingest.values import coerce_json_value
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FRAME_COLUMNS = ("step", "metric", "value", "attempt", "rank", "wall_time")
 
@@ -219,6 +223,8 @@ class LogTable:
         return attempt_of
 
     def frame(self) -> pd.DataFrame:
+        import pandas as pd  # here, not at import: a parser's scan runs before pandas is needed
+
         if not self._steps:
             return pd.DataFrame({c: [] for c in FRAME_COLUMNS})
         counts = np.asarray(self._counts, dtype=np.int64)
