@@ -111,6 +111,25 @@ class _Scan:
     needs_last_step: bool = False  # an OVERFLOW line came before this part's first iteration line
 
 
+def _iteration_head(line: str, at: int) -> tuple[int, str] | None:
+    """(step, the text after the first ``|``) of an iteration line, else None: ``ITERATION`` in plain
+    string operations for the usual ``iteration   N/ M |`` (about twice as fast as the regex, which
+    decides every other case)."""
+    bar = line.find("|", at)
+    if bar > 0:
+        head = line[at + 9:bar]
+        done, sep, total = head.partition("/")
+        before = line[at - 1] if at else " "
+        rest = line[bar + 1:]
+        if rest.endswith("\n"):
+            rest = rest[:-1]
+        if (sep and head[:1].isspace() and not (before.isalnum() or before == "_")
+                and done.strip().isdecimal() and total.strip().isdecimal() and "\n" not in rest):
+            return int(done), rest
+    m = ITERATION.search(line, at)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
 def _scan(lines: Iterable[str], last_step: int | None = 0) -> _Scan:
     scan = _Scan(last_step=last_step)
     table = scan.table
@@ -132,11 +151,11 @@ def _scan(lines: Iterable[str], last_step: int | None = 0) -> _Scan:
 
     for line in lines:
         at = line.find("iteration")
-        m = ITERATION.search(line, at) if at >= 0 else None
-        if m:
+        hit = _iteration_head(line, at) if at >= 0 else None
+        if hit is not None:
             scan.saw_iteration = True
-            rest = m.group(2)
-            step = scan.last_step = int(m.group(1))
+            step, rest = hit
+            scan.last_step = step
             # the common case, in C-speed string operations: ``key: number | key: number |``
             parts = rest.replace(":", "|").split("|")
             if not parts[-1].strip():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import moeproxy.ingest.megatron as megatron
 from moeproxy.ingest import parse_file
@@ -74,3 +76,18 @@ def test_unbracketed_rank_tags_are_read_per_line(tmp_path):
     frame = parse_file(path).frame
     assert sorted(frame["rank"].unique()) == [0, 1]
     assert len(frame[(frame["rank"] == 1) & (frame["metric"] == "lm loss")]) == 3
+
+
+_HEAD_TOKENS = ["iteration", "iterations", " ", "  ", "\t", "12", "0", "/", "|", "x", "_", "[default0]:", ":", "\r",
+                "٣", "lm loss: 1.0 |", "\n"]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(_HEAD_TOKENS), max_size=12).map("".join))
+def test_iteration_head_agrees_with_the_regex(line):
+    at = line.find("iteration")
+    if at < 0:
+        return
+    m = megatron.ITERATION.search(line, at)
+    expected = (int(m.group(1)), m.group(2)) if m else None
+    assert megatron._iteration_head(line, at) == expected
