@@ -18,12 +18,27 @@ if len(table) < 2:
     st.stop()
 
 proxies = table[table["role"] == "proxy"]["run"].tolist()
+
+
+def linked_full(proxy: str) -> str | None:
+    """The full run a proxy run is linked to (Runs page, `--proxy-of`), if it is stored."""
+    linked = table.loc[table["run"] == proxy, "proxy_of"].iloc[0]
+    return linked if isinstance(linked, str) and linked in table["run"].tolist() and linked != proxy else None
+
+
+def follow_link() -> None:
+    """Picking another proxy run also picks its full run."""
+    linked = linked_full(st.session_state["compare_proxy"])
+    if linked is not None:
+        st.session_state["compare_full"] = linked
+
+
 c1, c2 = st.columns(2)
-proxy_run = c1.selectbox("Proxy run", proxies or table["run"].tolist(), key="compare_proxy")
-linked = table.loc[table["run"] == proxy_run, "proxy_of"].iloc[0]
+proxy_run = c1.selectbox("Proxy run", proxies or table["run"].tolist(), key="compare_proxy", on_change=follow_link)
 full_choices = [r for r in table["run"].tolist() if r != proxy_run]
-default_full = linked if isinstance(linked, str) and linked in full_choices else full_choices[0]
-full_run = c2.selectbox("Full run", full_choices, index=full_choices.index(default_full), key="compare_full")
+if st.session_state.get("compare_full") not in full_choices:
+    st.session_state["compare_full"] = linked_full(proxy_run) or full_choices[0]
+full_run = c2.selectbox("Full run", full_choices, key="compare_full")
 
 stored = sorted(set(queries.metrics(db, version, full_run)) & set(queries.metrics(db, version, proxy_run)))
 c1, c2, c3 = st.columns([2, 1, 1])

@@ -108,6 +108,23 @@ def test_compare_page_overlays_and_shows_the_fidelity_card(app):
     assert not xs or max(xs) <= 1.0
 
 
+def test_compare_follows_the_proxy_link_when_the_proxy_changes(app, app_env):
+    from moeproxy.ingest import ingest_paths
+
+    store = Store(app_env / "runs.duckdb")
+    for steps, name, role, of in ((40, "second-full", "full", None), (41, "second-proxy", "proxy", "second-full")):
+        log = write_run_log(app_env / f"{name}.jsonl", steps=steps, fault_step=None)
+        ingest_paths(store, [log], run=name, role=role, proxy_of=of)
+    app.switch_page("app_pages/compare.py").run()
+    assert app.selectbox(key="compare_full").value == "demo-full"
+    app.selectbox(key="compare_proxy").set_value("second-proxy").run()
+    assert not app.exception
+    assert app.selectbox(key="compare_full").value == "second-full"
+    app.selectbox(key="compare_full").set_value("demo-full").run()  # a hand-picked full run stays
+    assert app.selectbox(key="compare_full").value == "demo-full"
+    assert not app.exception
+
+
 def test_proxy_page_plans_and_cancels_a_build(app):
     app.switch_page("app_pages/proxy.py").run()
     assert not app.exception, app.exception
