@@ -136,10 +136,8 @@ class Store:
                 delay = min(delay * 2, 0.5)
             except duckdb.Error as exc:
                 raise InputError(f"{self.path}: not a moeproxy run database ({str(exc).splitlines()[0]})") from None
-        try:  # (a plain read: the information_schema join it replaces cost ~8 ms on every open)
+        try:  # a plain read (an information_schema join cost ~8 ms on every open); no meta table: new file
             version = _first(con.execute("SELECT value FROM meta WHERE key='schema_version'"))
-        except duckdb.CatalogException:
-            version = None
         except duckdb.Error:
             version = None
         if version is None:
@@ -479,7 +477,6 @@ class Transaction:
         """Bulk insert through Arrow (keeps NaN as NaN), grouped by metric for fast reads."""
         if frame.empty:
             return
-        n = len(frame)
         metric = frame["metric"]
         if not isinstance(metric.dtype, pd.CategoricalDtype):
             metric = metric.astype(str).astype("category")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from moeproxy.commands.common import add_db_option, open_store, progress_printer
 
@@ -29,18 +30,14 @@ def run(args) -> int:
     # A one-shot command: the imported modules live until exit, so the cyclic collector need not
     # walk them again and again while millions of values are parsed (about 0.2 s on a large log).
     gc.freeze()
-    stores = []
-
-    def store_factory():  # opened after parsing: a large log's parse overlaps the pandas/DuckDB import
-        stores.append(open_store(args))
-        return stores[0]
-
-    summaries = ingest_paths(store_factory, args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
+    # the store (and pandas, DuckDB with it) is opened only once every file parsed: a large log's
+    # parse overlaps those imports
+    summaries = ingest_paths(partial(open_store, args), args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
                              fmt=args.fmt, progress=progress_printer())
     if args.json:
         print(json.dumps([s.to_dict() for s in summaries], indent=2))
     else:
         for s in summaries:
             print(s.line())
-        print(f"database: {stores[0].label}")
+        print(f"database: {open_store(args).label}")
     return 0

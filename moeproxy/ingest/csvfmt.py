@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
-
 
 from moeproxy.errors import InputError
 from moeproxy.ingest.names import guess_framework
@@ -37,9 +37,9 @@ def _numeric(column) -> tuple[list[float], list[bool]] | None:
 
     Empty cells are "not logged at this step" (present=False); nan/inf/null cells are values.
     """
-    present = column.str.strip().ne("").tolist()
     import pandas as pd
 
+    present = column.str.strip().ne("").tolist()
     out = pd.to_numeric(column, errors="coerce").tolist()
     for i, (value, here) in enumerate(zip(out, present)):
         if here and value != value:  # NaN from coercion: 'nan', 'INF', 'null' or text
@@ -98,8 +98,8 @@ def parse_csv(src: SourceFile) -> ParsedLog:
 
 
 def _valid_step(step: float) -> bool:
-    """A step cell that can be a step: finite and within int64 (rows with NaN, inf or 1e300 are skipped)."""
-    return step == step and abs(step) < 2**62
+    """A step cell that can be a step: rows whose step is empty, text, nan or inf are skipped."""
+    return math.isfinite(step)
 
 
 def sniff_csv(src: SourceFile) -> float:

@@ -46,13 +46,13 @@ def flatten(obj: dict, prefix: str = "", out: dict | None = None) -> dict:
     return out
 
 
-def split_step(record: dict) -> tuple[int | None, dict]:
+def split_step(record: dict) -> tuple[int | float | None, dict]:
     """(step, metrics) of one flat record; step is None when the record has no step key."""
     for key in STEP_KEYS:
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
             metrics = {k: v for k, v in record.items() if k not in STEP_KEYS}
-            return int(value), metrics
+            return value, metrics
     return None, record
 
 
@@ -98,7 +98,7 @@ def parse_verl_jsonl(src: SourceFile) -> ParsedLog:
         if not isinstance(data, dict) or not isinstance(step, (int, float)):
             state["skipped"] += 1
             continue
-        table.add_dict(int(step), data)  # verl's data is flat; non-numeric entries are dropped later
+        table.add_dict(step, data)  # verl's data is flat; non-numeric entries are dropped later
     return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, table.frame(), state["skipped"])
 
 

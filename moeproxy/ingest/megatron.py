@@ -42,8 +42,8 @@ def parse_fields(rest: str, prefix: str = "") -> tuple[list[str], list[float]]:
     """Names and values of the ``key: value`` fields of a ``|``-separated line (hot loop)."""
     names: list[str] = []
     values: list[float] = []
-    for field in rest.split("|"):
-        key, sep, raw = field.rpartition(":")
+    for part in rest.split("|"):
+        key, sep, raw = part.rpartition(":")
         if not sep:
             continue
         try:

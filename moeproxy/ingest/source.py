@@ -7,8 +7,8 @@ is one), so the CLI can print one clear line and exit 2 without touching the sto
 from __future__ import annotations
 
 import codecs
-import io
 import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -79,21 +79,12 @@ class SourceFile:
 
     def text_range(self, start: int, stop: int) -> Iterator[str]:
         """Lines (newline kept) of bytes [start, stop), which must begin and end at line starts."""
-        raw = _RangeReader(self.path, start, stop)
-        with io.TextIOWrapper(io.BufferedReader(raw, 1 << 16), encoding=self.encoding, newline="") as fh:
+        raw = io.BufferedReader(_RangeReader(self.path, start, stop), 1 << 16)
+        with io.TextIOWrapper(raw, encoding=self.encoding, newline="") as fh:
             try:
                 yield from fh
-            except UnicodeDecodeError as exc:
-                line = self.line_number_at(raw.position - len(exc.object) + exc.start)
-                raise InputError(f"{self.path}: line {line}: not valid {self.encoding} text ({exc.reason})") from None
-
-    def line_number_at(self, offset: int) -> int:
-        count = 1
-        with open(self.path, "rb") as fh:
-            while offset > 0 and (chunk := fh.read(min(1 << 20, offset))):
-                count += chunk.count(b"\n")
-                offset -= len(chunk)
-        return count
+            except UnicodeDecodeError as exc:  # as text_stream words it
+                raise InputError(f"{self.path}: not valid {self.encoding} text ({exc.reason})") from None
 
     def read_text(self) -> str:
         try:
@@ -118,7 +109,6 @@ class _RangeReader(io.RawIOBase):
         super().__init__()
         self._fh = open(path, "rb", buffering=0)
         self._fh.seek(start)
-        self.position = start
         self._left = stop - start
 
     def readable(self) -> bool:
@@ -129,7 +119,6 @@ class _RangeReader(io.RawIOBase):
             return 0
         n = self._fh.readinto(memoryview(buffer)[: min(len(buffer), self._left)]) or 0
         self._left -= n
-        self.position += n
         return n
 
     def close(self) -> None:

@@ -26,12 +26,23 @@ FRAME_COLUMNS = ("step", "metric", "value", "attempt", "rank", "wall_time")
 
 
 class StepOutOfRange(ValueError):
-    """A step counter that does not fit a 64-bit integer (the parser names the file)."""
+    """A step counter that is not a finite integer or does not fit 64 bits (the caller names the file)."""
 
     def __init__(self, step) -> None:
-        shown = f"{float(step):.4g}" if abs(step) >= 10**20 else str(step)
-        super().__init__(f"step {shown} is out of range (steps must fit a 64-bit integer)")
+        if isinstance(step, float) and step != step or step in (math.inf, -math.inf):
+            message = f"step {step} is not a finite integer"
+        else:
+            shown = f"{float(step):.4g}" if abs(step) >= 10**20 else str(step)
+            message = f"step {shown} is out of range (steps must fit a 64-bit integer)"
+        super().__init__(message)
         self.step = step
+
+
+def _int_step(step) -> int:
+    try:
+        return int(step)
+    except (OverflowError, ValueError):  # inf, nan
+        raise StepOutOfRange(step) from None
 
 
 class LogTable:
@@ -56,19 +67,18 @@ class LogTable:
     def values_count(self) -> int:
         return self._n_values
 
+    def _code(self, name: str) -> int:
+        code = self._index.get(name)
+        if code is None:
+            code = self._index[name] = len(self.metric_names)
+            self.metric_names.append(name)
+        return code
+
     def _codes_for(self, names) -> np.ndarray:
         keys = tuple(names)
         if keys == self._last_keys:
             return self._last_codes  # same key set as the previous record: the common case
-        index = self._index
-        codes = []
-        for name in keys:
-            code = index.get(name)
-            if code is None:
-                code = index[name] = len(self.metric_names)
-                self.metric_names.append(name)
-            codes.append(code)
-        arr = np.asarray(codes, dtype=np.int32)
+        arr = np.asarray([self._code(name) for name in keys], dtype=np.int32)
         self._last_keys, self._last_codes = keys, arr
         return arr
 
@@ -80,7 +90,7 @@ class LogTable:
         self._code_segments.append(codes)
         self._values.extend(values)
         self._n_values += len(codes)
-        self._steps.append(int(step))
+        self._steps.append(_int_step(step))
         self._ranks.append(rank)
         self._walls.append(wall_time)
         self._counts.append(len(codes))
@@ -94,9 +104,7 @@ class LogTable:
         k = len(codes)
         if len(values) != n * k or len(ranks) != n:
             raise ValueError(f"add_block: {n} steps x {k} names needs {n * k} values, got {len(values)}")
-        if self._values:
-            self._value_segments.append(self._values)
-            self._values = []
+        self._close_segment()
         self._value_segments.append(np.asarray(values, dtype=np.float64))
         self._code_segments.append(np.tile(codes, n))
         self._n_values += n * k
@@ -109,11 +117,8 @@ class LogTable:
         """Append another table's records after this one's (metric codes renumbered)."""
         if not other._steps:
             return
-        remap = np.asarray([self._codes_for([name])[0] for name in other.metric_names], dtype=np.int32)
-        self._last_keys = None
-        if self._values:
-            self._value_segments.append(self._values)
-            self._values = []
+        remap = np.asarray([self._code(name) for name in other.metric_names], dtype=np.int32)
+        self._close_segment()
         self._value_segments.extend(other._value_segments)
         if other._values:
             self._value_segments.append(list(other._values))
@@ -123,6 +128,12 @@ class LogTable:
         self._ranks.extend(other._ranks)
         self._walls.extend(other._walls)
         self._counts.extend(other._counts)
+
+    def _close_segment(self) -> None:
+        """End the open per-record value list, so that segments added next keep record order."""
+        if self._values:
+            self._value_segments.append(self._values)
+            self._values = []
 
     def _step_array(self) -> np.ndarray:
         try:

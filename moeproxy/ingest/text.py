@@ -83,7 +83,16 @@ def find_step(line: str) -> tuple[int, str] | None:
     if m:
         rest = line[m.end():]
         return int(m.group(1)), rest
-    m = STEP.search(line)
+    return _counter(STEP, line)
+
+
+def find_epoch(line: str) -> tuple[int, str] | None:
+    """(epoch, the line with the counter removed) or None; a step only where no line has a step."""
+    return _counter(EPOCH, line)
+
+
+def _counter(pattern: re.Pattern, line: str) -> tuple[int, str] | None:
+    m = pattern.search(line)
     if m:
         return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
     return None
@@ -102,10 +111,10 @@ def parse_text(src: SourceFile) -> ParsedLog:
             if record:
                 table.add_dict(hit[0], record, rank=rank_of(raw))
                 continue
-        elif len(table) == 0 and (m := EPOCH.search(line)):
-            record = extract_pairs(line[: m.start()] + " , " + line[m.end():])
+        elif len(table) == 0 and (epoch := find_epoch(line)):
+            record = extract_pairs(epoch[1])
             if record:
-                by_epoch.append((int(m.group(1)), rank_of(raw), record))
+                by_epoch.append((epoch[0], rank_of(raw), record))
                 continue
         elif len(table) == 0:
             record = extract_pairs(line)
@@ -133,10 +142,11 @@ def sniff_text(src: SourceFile) -> float:
     lines = [l for l in src.head_lines() if l.strip()]
     with_step = 0
     for raw in lines:
-        hit = find_step(_strip(raw))
+        line = _strip(raw)
+        hit = find_step(line)
         if hit is not None and extract_pairs(hit[1]):
             with_step += 1
-        elif hit is None and (m := EPOCH.search(_strip(raw))) and extract_pairs(_strip(raw)[m.end():]):
+        elif hit is None and (epoch := find_epoch(line)) and extract_pairs(epoch[1]):
             with_step += 1
     if with_step:
         return 0.3

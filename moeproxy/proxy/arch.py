@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from moeproxy.errors import InputError
+from moeproxy.proxy.constraints import RoutingShape
 
 # routing kinds: how the router scores experts (used for masking and calibration statistics)
 SOFTMAX_TOPK = "softmax_topk"  # softmax over all E, top-k, optional renormalisation
@@ -82,6 +83,10 @@ class FamilyAdapter:
         n_group = int(config.get(self.group_key) or 1)
         topk_group = int(config.get(self.topk_group_key) or n_group) if self.topk_group_key else n_group
         return n_group, topk_group
+
+    def routing_shape(self, config: dict) -> RoutingShape:
+        """Expert count, top-k and groups of the router: what a kept expert count is checked against."""
+        return RoutingShape(self.num_experts(config), self.top_k(config), *self.groups(config))
 
     def pruned_config(self, config: dict, kept: int, top_k: int) -> dict:
         """A copy of the original config dict with only the expert-count (and top-k) fields changed."""

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import adapter_for
 from moeproxy.proxy.checkpoint import INDEX_NAME, SINGLE_NAME, OutputTensor, open_checkpoint, slice_ranges, write_shard
-from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_count
+from moeproxy.proxy.constraints import proxy_top_k, resolve_kept_count
 
 REPORT_NAME = "proxy_report.json"
 ProgressFn = Callable[[str, int, int, str], None]
@@ -103,8 +103,7 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     # 1. checks before writing anything
     ckpt = open_checkpoint(src)
     adapter = adapter_for(ckpt.config, str(src / "config.json"))
-    n_group, topk_group = adapter.groups(ckpt.config)
-    shape = RoutingShape(adapter.num_experts(ckpt.config), adapter.top_k(ckpt.config), n_group, topk_group)
+    shape = adapter.routing_shape(ckpt.config)
     kept_count = resolve_kept_count(shape, spec.keep_ratio, spec.keep_experts, spec.top_k, spec.ep_size)
     k_proxy = proxy_top_k(shape, kept_count, spec.top_k)
     new_config = adapter.pruned_config(ckpt.config, kept_count, k_proxy)
@@ -127,7 +126,7 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     for done, (layer, feats) in enumerate(FEATURE_METHODS[spec.method](ctx), 1):
         # keep the choice and the routing counts, not the signatures: one layer's signatures are
         # experts x (router row + probe responses) floats, 69 MB a layer at Qwen3-235B's size
-        clusters[layer.layer] = (layer, choose_kept_experts(feats.features, kept_count, n_group, spec.select,
+        clusters[layer.layer] = (layer, choose_kept_experts(feats.features, kept_count, shape.n_group, spec.select,
                                                             feats.frequency), feats.frequency)
         feature_kind.add(feats.kind)
         report_progress("cluster", done, total_layers, f"layer {layer.layer}")
@@ -142,7 +141,6 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     t_write = time.time()
     try:
         plan_by_shard: dict[str, list[OutputTensor]] = {shard: [] for shard in ckpt.shards}
-        layer_of_block = {layer.block: layer.layer for layer in layout.layers}
         kept = {i: c.kept for i, (_, c, _) in clusters.items()}
         for layer, c, _ in clusters.values():
             new_id = {old: new for new, old in enumerate(c.kept)}
@@ -193,8 +191,8 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
             "top_k_before": shape.top_k,
             "top_k_after": k_proxy,
             "top_k_mode": spec.top_k,
-            "n_group": n_group,
-            "topk_group": topk_group,
+            "n_group": shape.n_group,
+            "topk_group": shape.topk_group,
             "moe_layers": [layer.layer for layer in layout.layers],
             "kept_experts": {str(i): c.kept for i, (_, c, _) in clusters.items()},
             "clusters": {str(i): c.members for i, (_, c, _) in clusters.items()},

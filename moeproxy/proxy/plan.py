@@ -105,8 +105,7 @@ def plan_proxy(
     if not 0 <= activation_fraction < 1:
         raise InputError(f"activation fraction {activation_fraction} must be in [0, 1)")
     adapter = adapter_for(config, source)
-    n_group, topk_group = adapter.groups(config)
-    shape = RoutingShape(adapter.num_experts(config), adapter.top_k(config), n_group, topk_group)
+    shape = adapter.routing_shape(config)
     if keep_ratio is None and keep_experts is None:
         keep_ratio = 0.25
         if not resolve_ok(shape, keep_ratio, top_k, ep_size):

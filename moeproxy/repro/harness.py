@@ -86,13 +86,12 @@ def build_cluster_proxy(spec: HarnessSpec, log=print) -> tuple[Path, dict]:
     if built.exists():
         shutil.rmtree(built)
     from moeproxy.proxy.arch import adapter_for
+    from moeproxy.proxy.plan import resolve_ok
 
     config = json.loads((_full_dir(spec) / "config.json").read_text())
-    adapter = adapter_for(config)
-    experts, top_k = adapter.num_experts(config), adapter.top_k(config)
-    # top-k is kept (pruning == masking) unless the kept experts would not exceed it (32 -> 4 with
+    # top-k is kept (pruning == masking) unless that breaks a routing rule (32 -> 4 experts with
     # top-4 routes every token to every expert): then it shrinks with the expert count (k * E'/E)
-    top_k_mode = "keep" if round(spec.keep_ratio * experts) > top_k else "scale"
+    top_k_mode = "keep" if resolve_ok(adapter_for(config).routing_shape(config), spec.keep_ratio, "keep", 1) else "scale"
     report = build_proxy(BuildSpec(src=_full_dir(spec), out=built, keep_ratio=spec.keep_ratio, seed=spec.seed,
                                    top_k=top_k_mode))
     summary = {k: report.get(k) for k in ("family", "experts_before", "experts_after", "top_k_before",
@@ -110,15 +109,14 @@ def build_cluster_proxy(spec: HarnessSpec, log=print) -> tuple[Path, dict]:
 def random_masked_model(spec: HarnessSpec):
     """The full model with all but E' random experts per layer masked; (model, tokenizer, summary)."""
     from moeproxy.proxy.arch import adapter_for
-    from moeproxy.proxy.constraints import RoutingShape, resolve_kept_count
+    from moeproxy.proxy.constraints import resolve_kept_count
     from moeproxy.proxy.masking import mask_experts
     from moeproxy.repro.tiny_moe import load_tiny_moe
 
     model, tokenizer = load_tiny_moe(_full_dir(spec))
     config = model.config.to_dict()
     adapter = adapter_for(config)
-    n_group, topk_group = adapter.groups(config)
-    shape = RoutingShape(adapter.num_experts(config), adapter.top_k(config), n_group, topk_group)
+    shape = adapter.routing_shape(config)
     kept_count = resolve_kept_count(shape, spec.keep_ratio, None, "keep", 1)
     rng = random.Random(1000 + spec.seed)
     kept = {}

@@ -27,7 +27,7 @@ FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from moeproxy.errors import InputError
 from moeproxy.repro.grpo import GrpoConfig

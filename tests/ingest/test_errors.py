@@ -33,43 +33,39 @@ def seeded(tmp_path):
     return store
 
 
-def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
-    files = {}
-    empty = tmp_path / "empty.log"
-    empty.write_text("")
-    files["empty"] = (empty, "empty file")
-    binary = tmp_path / "blob.bin"
-    binary.write_bytes(bytes(range(256)) * 40)
-    files["binary"] = (binary, "binary file")
-    latin = tmp_path / "latin1.log"
-    latin.write_bytes("step:1 - actor/grad_norm:0.5 - note:caf\xe9\n".encode("latin-1") * 3)
-    files["encoding"] = (latin, "not UTF-8")
-    prose = tmp_path / "notes.txt"
-    prose.write_text("This run was fine.\nNothing to see here.\n")
-    files["unrecognised"] = (prose, "not a training log format")
-    truncated = tmp_path / "cut.jsonl"
-    truncated.write_text('{"step": 1, "data": {"actor/grad_norm": 0.5}}\n{"step": 2, "data": {"actor/gr')
-    files["truncated"] = (truncated, "line 2: truncated last line")
-    malformed = tmp_path / "bad.jsonl"
-    malformed.write_text('{"step": 1, "data": {"a": 0.5}}\n{"step": 2, "data": {"a": 0.5,,}}\n{"step": 3, "data": {"a": 1}}\n')
-    files["malformed"] = (malformed, "line 2: malformed JSON")
-    badstate = tmp_path / "trainer_state.json"
-    badstate.write_text('{"log_history": [{"loss": 1.0, "step": 1}, {"loss": ')
-    files["truncated-json"] = (badstate, "truncated JSON")
-    files["missing"] = (tmp_path / "nope.log", "no such file")
-    huge = tmp_path / "huge_step.log"
-    huge.write_text("step 2 loss=1.0\nstep 99999999999999999999999 loss=2.0\n")
-    files["huge-step"] = (huge, "step 1e+23 is out of range")
-    inf_step = tmp_path / "inf_step.jsonl"
-    inf_step.write_text('{"step": 1, "data": {"a": 1}}\n{"step": 1e999, "data": {"a": 2}}\n')
-    files["inf-step"] = (inf_step, "not a finite integer")
-    return files
+# case -> (file name, content or None for a path that does not exist, what the error must say)
+BAD_FILES: dict[str, tuple[str, str | bytes | None, str]] = {
+    "empty": ("empty.log", "", "empty file"),
+    "binary": ("blob.bin", bytes(range(256)) * 40, "binary file"),
+    "encoding": ("latin1.log", "step:1 - actor/grad_norm:0.5 - note:caf\xe9\n".encode("latin-1") * 3, "not UTF-8"),
+    "unrecognised": ("notes.txt", "This run was fine.\nNothing to see here.\n", "not a training log format"),
+    "truncated": ("cut.jsonl", '{"step": 1, "data": {"actor/grad_norm": 0.5}}\n{"step": 2, "data": {"actor/gr',
+                  "line 2: truncated last line"),
+    "malformed": ("bad.jsonl",
+                  '{"step": 1, "data": {"a": 0.5}}\n{"step": 2, "data": {"a": 0.5,,}}\n{"step": 3, "data": {"a": 1}}\n',
+                  "line 2: malformed JSON"),
+    "truncated-json": ("trainer_state.json", '{"log_history": [{"loss": 1.0, "step": 1}, {"loss": ', "truncated JSON"),
+    "missing": ("nope.log", None, "no such file"),
+    "huge-step": ("huge_step.log", "step 2 loss=1.0\nstep 99999999999999999999999 loss=2.0\n",
+                  "step 1e+23 is out of range"),
+    "inf-step": ("inf_step.jsonl", '{"step": 1, "data": {"a": 1}}\n{"step": 1e999, "data": {"a": 2}}\n',
+                 "not a finite integer"),
+}
 
 
-@pytest.mark.parametrize("case", ["empty", "binary", "encoding", "unrecognised", "truncated", "malformed",
-                                  "truncated-json", "missing", "huge-step", "inf-step"])
+def _bad_file(tmp_path: Path, case: str) -> tuple[Path, str]:
+    name, content, fragment = BAD_FILES[case]
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    return path, fragment
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
 def test_bad_file_gives_one_clear_line_and_leaves_the_store_unchanged(case, seeded, tmp_path, capsys):
-    path, fragment = _bad_files(tmp_path)[case]
+    path, fragment = _bad_file(tmp_path, case)
     before = _db_digest(seeded)
     rc = main(["ingest", str(LOGS / "verl_console.log"), str(path), "--db", str(seeded.path)])
     err = capsys.readouterr().err.strip()
