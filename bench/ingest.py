@@ -16,7 +16,6 @@ import json
 import math
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
