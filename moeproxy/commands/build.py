@@ -63,7 +63,7 @@ def run(args) -> int:
     else:
         print(f"wrote {report['output']}: {report['family']}, experts {report['experts_before']} -> "
               f"{report['experts_after']}, top-k {report['top_k_before']} -> {report['top_k_after']}, "
-              f"{report['bytes_after'] / 2**30:.2f} of {report['bytes_before'] / 2**30:.2f} GiB, "
+              f"{_size(report['bytes_after'], report['bytes_before'])}, "
               f"{report['seconds']['total']:.1f} s")
         if "skipped" in verify:
             print("verification skipped")
@@ -71,3 +71,9 @@ def run(args) -> int:
             print("verification: " + ("passed" if verify.get("passed") else f"FAILED {verify.get('error', '')}")
                   + (f" (max |logit diff| {verify['max_abs_logit_diff']:.2e})" if verify.get("forward_checked") else ""))
     return 0 if verify.get("passed", True) else 1
+
+
+def _size(after: int, before: int) -> str:
+    """``0.78 of 2.59 GiB``; MiB for checkpoints under 1 GiB (a tiny one read "0.00 of 0.00 GiB")."""
+    unit, scale = ("GiB", 2**30) if before >= 2**30 else ("MiB", 2**20)
+    return f"{after / scale:.2f} of {before / scale:.2f} {unit}"
