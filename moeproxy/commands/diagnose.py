@@ -30,14 +30,21 @@ def add_arguments(parser) -> None:
 
 
 def load_target(target: str, db: str | None):
-    """(run name, long frame, the store holding it or None) for a stored run or a log path."""
+    """(run name, long frame, the store holding it or None) for a stored run or a log path (the
+    first run, when the file holds several: ``diagnose_target`` diagnoses each)."""
+    name, frames, store = load_runs(target, db)
+    return name, frames[name], store
+
+
+def load_runs(target: str, db: str | None):
+    """(first run name, {run name: long frame}, the store or None) for a stored run or a log path."""
     from moeproxy.store import Store, default_db_path
 
     db_path = Path(db).expanduser() if db else default_db_path()
     if db_path.exists():
         store = Store(db_path)
         if store.has_run(target):
-            return target, store.run_frame(target), store
+            return target, {target: store.run_frame(target)}, store
     path = Path(target)
     if not path.exists():
         where = f"the database {db_path}" if db_path.exists() else f"a database (none at {db_path})"
@@ -46,8 +53,22 @@ def load_target(target: str, db: str | None):
 
     scratch = Store(":memory:")
     name = path.resolve().name
-    ingest_paths(scratch, [path], run=name)
-    return name, scratch.run_frame(name), None
+    runs = list(dict.fromkeys(s.run for s in ingest_paths(scratch, [path], run=name)))
+    return runs[0], {run: scratch.run_frame(run) for run in runs}, None
+
+
+def worst_of(results: dict[str, dict]) -> tuple[str, dict]:
+    """The run whose failure starts first (else the first run), with every run's verdict in
+    ``runs`` when there are several."""
+    failed = [(r["onset_step"] if r["onset_step"] is not None else 1 << 62, name)
+              for name, r in results.items() if r["verdict"] != "healthy"]
+    name = min(failed)[1] if failed else next(iter(results))
+    result = dict(results[name])
+    if len(results) > 1:
+        result["run"] = name
+        result["runs"] = {n: {"verdict": r["verdict"], "onset_step": r["onset_step"],
+                              "confidence": r.get("confidence")} for n, r in results.items()}
+    return name, result
 
 
 def diagnose_target(target: str, db: str | None, reference: str | None = None) -> tuple[str, dict, bool]:
@@ -55,11 +76,11 @@ def diagnose_target(target: str, db: str | None, reference: str | None = None) -
     (not when compared with a reference: that result is about the pair)."""
     from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame, diagnose_pair
 
-    name, frame, store = load_target(target, db)
+    name, frames, store = load_runs(target, db)
     if reference is not None:
         ref_name, ref_frame, _ = load_target(reference, db)
-        return name, diagnose_pair(frame, ref_frame, label=name, reference_label=ref_name), False
-    result = diagnose_frame(frame)
+        return name, diagnose_pair(frames[name], ref_frame, label=name, reference_label=ref_name), False
+    name, result = worst_of({run: diagnose_frame(frame) for run, frame in frames.items()})
     if store is not None:
         store.save_findings(name, result, DETECTOR_VERSION)
     return name, result, store is not None

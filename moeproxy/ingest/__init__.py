@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.names import resolve_names
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
 from moeproxy.ingest.table import StepOutOfRange
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["FORMATS", "IngestSummary", "LogFormat", "ParsedLog", "ingest_paths", "parse_file", "expand_paths"]
 
@@ -99,8 +102,16 @@ def default_run_name(path: Path, given: Path) -> str:
     return stem
 
 
-def _summary(parsed: ParsedLog, run: str) -> IngestSummary:
-    frame = parsed.frame
+def arms_of(parsed: ParsedLog, run: str) -> list[tuple[str, "pd.DataFrame"]]:
+    """(run name, frame) for each run a file holds: one, or one per arm of a comparison table
+    (named ``RUN-ARM``)."""
+    if not parsed.arms:
+        return [(run, parsed.frame)]
+    return [(f"{run}-{arm}", frame) for arm, frame in parsed.arms.items()]
+
+
+def _summary(parsed: ParsedLog, run: str, frame=None) -> IngestSummary:
+    frame = parsed.frame if frame is None else frame
     values = frame["value"].to_numpy()
     return IngestSummary(
         run=run, path=str(parsed.path), format=parsed.format, framework=parsed.framework,
@@ -136,40 +147,47 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
     if not parsed_all:
         raise InputError(f"{', '.join(str(p) for p in paths)}: no recognised training log found")
 
-    from moeproxy.ingest.derive import apply_units, derive_series, split_routing
-
     if callable(store):  # a factory: the store (duckdb, pandas) is only opened once every file parsed
         store = store()
     summaries: list[IngestSummary] = []
     with store.write() as tx:
         seen_in_batch: dict[str, str] = {}
-        for parsed, run_name in parsed_all:
-            summary = _summary(parsed, run_name)
+        for parsed, base_name in parsed_all:
             duplicate = tx.source_with_sha(parsed.sha256)
             if duplicate is None and parsed.sha256 in seen_in_batch:
                 duplicate = (seen_in_batch[parsed.sha256], "")
-            if duplicate is not None:
-                summary.duplicate, summary.duplicate_of = True, duplicate[0]
-                summaries.append(summary)
-                continue
-            seen_in_batch[parsed.sha256] = run_name
-            if progress:
-                progress(f"storing {parsed.path} ({summary.rows} values)")
-            run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
-            frame, routing = split_routing(parsed.frame)
-            originals = [str(m) for m in frame["metric"].cat.categories]
-            mapping = resolve_names(originals, tx.metric_mapping(run_id))
-            frame = frame.assign(metric=frame["metric"].cat.rename_categories(mapping))
-            frame = apply_units(frame, mapping)
-            frame, derived = derive_series(frame, routing)
-            offset = tx.attempt_offset(run_id, frame)
-            if offset:
-                frame = frame.assign(attempt=frame["attempt"] + offset)
-                routing = routing.assign(attempt=routing["attempt"] + offset)
-            record = summary.to_dict() | {"sha256": parsed.sha256}
-            source_id = tx.add_source(run_id, record)
-            tx.add_metric_names(run_id, mapping | derived)
-            tx.add_scalars(run_id, source_id, frame)
-            tx.add_routing(run_id, source_id, routing)
-            summaries.append(summary)
+            for run_name, arm_frame in arms_of(parsed, base_name):
+                summary = _summary(parsed, run_name, arm_frame)
+                if duplicate is not None:
+                    summary.duplicate, summary.duplicate_of = True, duplicate[0]
+                    summaries.append(summary)
+                    continue
+                seen_in_batch.setdefault(parsed.sha256, run_name)
+                if progress:
+                    progress(f"storing {parsed.path} ({summary.rows} values)")
+                summaries.append(_store_one(tx, parsed, arm_frame, run_name, role, proxy_of, summary))
     return summaries
+
+
+def _store_one(tx, parsed: ParsedLog, frame, run_name: str, role: str, proxy_of: str | None,
+               summary: IngestSummary) -> IngestSummary:
+    """Write one run's frame (names mapped, units applied, series derived, attempts offset)."""
+    from moeproxy.ingest.derive import apply_units, derive_series, split_routing
+
+    run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
+    frame, routing = split_routing(frame)
+    originals = [str(m) for m in frame["metric"].cat.categories]
+    mapping = resolve_names(originals, tx.metric_mapping(run_id))
+    frame = frame.assign(metric=frame["metric"].cat.rename_categories(mapping))
+    frame = apply_units(frame, mapping)
+    frame, derived = derive_series(frame, routing)
+    offset = tx.attempt_offset(run_id, frame)
+    if offset:
+        frame = frame.assign(attempt=frame["attempt"] + offset)
+        routing = routing.assign(attempt=routing["attempt"] + offset)
+    record = summary.to_dict() | {"sha256": parsed.sha256}
+    source_id = tx.add_source(run_id, record)
+    tx.add_metric_names(run_id, mapping | derived)
+    tx.add_scalars(run_id, source_id, frame)
+    tx.add_routing(run_id, source_id, routing)
+    return summary

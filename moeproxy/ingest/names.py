@@ -52,10 +52,12 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "reward_mean": (
         "critic/score/mean", "critic/rewards/mean", "grpo/score/mean", "reward", "reward_mean",
         "rollout/reward_mean", "train/reward", "rollout/raw_reward", "objective/scores", "score",
+        "score_mean", "reward/mean", "rewards/mean", "train_reward",
     ),
     "response_length_mean": (
         "response_length/mean", "completions/mean_length", "rollout/response_length_mean",
         "response_length", "mean_gen_tokens_per_sample", "rollout/response_lengths",
+        "len_mean", "response_len_mean", "completion_length",
     ),
     "truncation_rate": (
         "response_length/clip_ratio", "completions/clipped_ratio", "rollout/truncated_rate",
@@ -64,14 +66,20 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "logprob_diff_mean": (
         "logprob_diff_mean", "training/rollout_probs_diff_mean", "sampling/sampling_logp_difference/mean",
         "train/train_rollout_logprob_abs_diff", "logprobs_diff", "rollout_corr/log_ppl_abs_diff",
+        # slime/vime, miles, and authors' own exports (trainer vs rollout engine)
+        "mean_logp_diff", "logp_diff", "lp_diff", "logprob_diff", "logprob_abs_diff",
+        "training/rollout_probs_diff_mean", "rollout_probs_diff_mean", "probability_mae", "prob_diff",
+        "train_rollout_logprob_abs_diff",
     ),
     "logprob_diff_max": (
         "logprob_diff_max", "training/rollout_probs_diff_max", "sampling/sampling_logp_difference/max",
-        "rollout_corr/log_ppl_diff_max",
+        "rollout_corr/log_ppl_diff_max", "max_abs_diff", "max_logp_diff", "lp_diff_max",
+        "rollout_probs_diff_max",
     ),
     "is_ratio_mean": (
         "is_ratio_mean", "rollout_corr/rollout_is_mean", "sampling/importance_sampling_ratio/mean",
-        "sampling_importance_ratio", "train/tis",
+        "sampling_importance_ratio", "train/tis", "token_mult_prob_error", "importance_ratio",
+        "is_ratio", "rollout_is_mean",
     ),
     "routing_entropy": ("routing_entropy", "moe/routing_entropy", "router_entropy", "moe/router_entropy"),
     "load_imbalance": ("load_imbalance", "moe/load_imbalance", "moe/max_vio"),
@@ -117,6 +125,35 @@ def canonical_of(original: str) -> tuple[str, int] | None:
         if original.startswith(prefix) and original[len(prefix):] in _LOOKUP:
             canon, rank = _LOOKUP[original[len(prefix):]]
             return canon, rank + 100  # an exact name beats a prefixed one
+    return _after_run_prefix(original)
+
+
+# Leading words that change what a name measures: never stripped to find an alias.
+_MEANINGFUL_HEADS = frozenset({
+    "val", "valid", "validation", "eval", "test", "critic", "ref", "reference", "value", "vf", "z",
+    "aux", "max", "min", "std", "mtp", "kd", "teacher", "distill", "entropy", "reward", "kl", "pg",
+})
+_HEAD = re.compile(r"^([A-Za-z0-9]+)[_/ \-](.+)$")
+
+
+def _after_run_prefix(original: str) -> tuple[str, int] | None:
+    """Authors put a run or arm label in front of a framework's names (``g10_mean_logp_diff``,
+    ``baseline/grad_norm``, ``raw_train_grad_norm``): up to two leading words are dropped to find
+    an alias, unless a word says what is measured (``val_``, ``critic_``, ``max_`` ...)."""
+    name = original
+    for depth in (1, 2):
+        m = _HEAD.match(name)
+        if m is None or m.group(1).lower() in _MEANINGFUL_HEADS:
+            return None
+        name = m.group(2)
+        hit = _LOOKUP.get(name)
+        if hit is None:
+            for prefix in _PREFIXES:
+                if name.startswith(prefix) and name[len(prefix):] in _LOOKUP:
+                    hit = _LOOKUP[name[len(prefix):]]
+                    break
+        if hit is not None:
+            return hit[0], hit[1] + 200 * depth
     return None
 
 

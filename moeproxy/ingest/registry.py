@@ -30,6 +30,8 @@ class ParsedLog:
     skipped_lines: int = 0
     step_from_index: bool = False
     notes: list[str] = field(default_factory=list)
+    # a file holding several runs (a comparison table): arm name -> frame; ``frame`` is the first
+    arms: dict[str, pd.DataFrame] | None = None
 
 
 @dataclass(frozen=True)

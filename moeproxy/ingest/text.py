@@ -92,9 +92,15 @@ def find_epoch(line: str) -> tuple[int, str] | None:
 
 
 def _counter(pattern: re.Pattern, line: str) -> tuple[int, str] | None:
+    """The first counter is the step; a second one (litgpt's ``iter 1152 step 144``: micro-iteration
+    and optimizer step) is removed too, so it neither becomes a metric nor hides the next pair."""
     m = pattern.search(line)
     if m:
-        return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+        rest = line[m.end():]
+        second = pattern.search(rest)
+        if second:
+            rest = rest[: second.start()] + " , " + rest[second.end():]
+        return int(m.group(1)), line[: m.start()] + " , " + rest
     return None
 
 
