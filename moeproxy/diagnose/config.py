@@ -17,6 +17,7 @@ class DiagnoseConfig:
     min_history: int = 3               # records needed before any departure can be judged
     grad_norm_factor: float = 3.0      # sustained grad-norm level rise that counts as divergence
     loss_factor: float = 1.25          # sustained positive-loss level rise that counts as divergence
+    loss_rise_over_best: float = 2.0   # loss above this multiple of its best so far, for good: divergence
     saturation_abs: float = 1e10       # msprobe AnomalyNan magnitude threshold
     fp16_max: float = 65504.0
     loss_scale_window: int = 1000      # Megatron default: growth/halving window (iterations)

@@ -9,7 +9,7 @@ then reward/length), so an overflow that follows a divergence is reported as its
 
 from __future__ import annotations
 
-from moeproxy.diagnose.taxonomy import (CAUSAL_ORDER, CRITICAL, ENTROPY_COLLAPSE, HEALTHY,
+from moeproxy.diagnose.taxonomy import (CAUSAL_ORDER, CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, HEALTHY,
                                         KL_EXPLOSION, LENGTH_BLOWUP, MAIN_CATEGORIES, REWARD_COLLAPSE,
                                         SEVERITIES, Finding)
 
@@ -26,7 +26,7 @@ def promote_damaging_spikes(findings: list[Finding], span: int, tie_fraction: fl
     damage = [f for f in findings if f.severity == CRITICAL and f.category in DAMAGE_CATEGORIES]
     out = []
     for f in findings:
-        if f.rule == "large_spike" and f.severity != CRITICAL:
+        if f.rule in ("large_spike", "grad_excursion") and f.severity != CRITICAL:
             hit = next((d for d in damage if 0 <= d.onset_step - f.onset_step <= tie), None)
             if hit is not None:
                 f = Finding(f.category, f.onset_step, CRITICAL, f.metric, "damaging_spike",
@@ -44,8 +44,22 @@ def choose_verdict(findings: list[Finding], span: int, tie_fraction: float) -> t
     first = min(f.onset_step for f in pool)
     tie = max(0.0, tie_fraction * span)
     near = [f for f in pool if f.onset_step - first <= tie]
-    cause = min(near, key=lambda f: (CAUSAL_ORDER.index(f.category), f.onset_step))
+    cause = min(near, key=lambda f: (causal_rank(f), f.onset_step))
     return cause.category, int(cause.onset_step)
+
+
+# An fp16 overflow storm (an iteration skipped for overflow on every logged iteration) is the
+# mechanism, not a symptom: the loss printed in those iterations comes from updates that overflowed,
+# so it outranks a loss jump that starts with it. A loss-scale drop alone does not (a scaler that
+# halves a few times and settles is what a loss spike looks like from the scaler's side).
+OVERFLOW_STORM_RULES = frozenset({"overflow_storm"})
+
+
+def causal_rank(f: Finding) -> float:
+    rank = float(CAUSAL_ORDER.index(f.category))
+    if f.rule in OVERFLOW_STORM_RULES:
+        rank = min(rank, CAUSAL_ORDER.index(DIVERGENCE) - 0.5)
+    return rank
 
 
 def order_findings(findings: list[Finding], verdict: str) -> list[Finding]:

@@ -42,10 +42,52 @@ def _candidates(run: RunSeries) -> list[tuple[str, str]]:
     return out
 
 
+HUGE_SPIKE = 100.0   # two orders of magnitude above the median: a blow-up on sight, recovered or not
+ZERO_ADVANTAGE = 0.01  # RL grad norms below 1% of the run's usual level: groups with equal rewards
+
+
+def _zero_advantage_masked(series):
+    """GRPO steps whose groups all had equal rewards carry (almost) no gradient: grad norm and loss
+    are ~0 there by design. Such records say nothing about stability, and a jump back from them is
+    not a spike: they are masked (NaN) for the spike rules."""
+    vals = series.to_numpy(dtype=float)
+    finite = vals[np.isfinite(vals) & (vals > 0)]
+    if finite.size < 3:
+        return series
+    usual = float(np.quantile(finite, 0.75))
+    low = np.isfinite(vals) & (vals < ZERO_ADVANTAGE * usual)
+    return series.mask(low) if low.any() else series
+
+
+def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
+    """The loss climbs to over ``loss_rise_over_best`` times its best value so far and never comes
+    back: what an engineer calls a divergence on sight, however short or sparse the log (8 records
+    55 steps apart, or one record before a jump). The z-score rules need a noise history first."""
+    vals = series.to_numpy(dtype=float)
+    steps = series.index.to_numpy()
+    ok = np.isfinite(vals) & (vals > 0)
+    v, st = vals[ok], steps[ok]
+    if v.size < 3:
+        return None
+    best = np.minimum.accumulate(v)
+    # the smallest value from each record to the end: the rise must hold for every later record
+    floor_after = np.minimum.accumulate(v[::-1])[::-1]
+    for k in range(1, v.size - 1):
+        if floor_after[k] >= cfg.loss_rise_over_best * best[k - 1]:
+            top = k + int(np.argmax(v[k:]))
+            return Finding(DIVERGENCE, int(st[k]), CRITICAL, name, "rise_over_best",
+                           f"{name} rose from its best of {fmt(best[k - 1])} to {fmt(v[k])} at step {int(st[k])} "
+                           f"and never came back (at least {fmt(floor_after[k])} in the {v.size - k} records "
+                           f"after, peak {fmt(v[top])} at step {int(st[top])})")
+    return None
+
+
 def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
-                             start_end: int | None) -> list[Finding]:
+                             start_end: int | None, rl: bool = False) -> list[Finding]:
     if start_end is not None:
         series = series[series.index > start_end]
+    if rl and kind == "grad":
+        series = _zero_advantage_masked(series)
     vals = series.to_numpy()
     steps = series.index.to_numpy()
     with np.errstate(invalid="ignore"):
@@ -53,8 +95,15 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     cut = int(np.flatnonzero(bad)[0]) if bad.any() else len(vals)
     prefix = vals[:cut]
     finite = prefix[np.isfinite(prefix)]
-    if finite.size <= cfg.min_history or (finite < 0).any():
+    if (finite < 0).any():
         return []
+    early = []
+    if kind == "loss":
+        hit = _above_best(name, series.iloc[:cut], cfg)
+        if hit is not None:
+            early.append(hit)
+    if finite.size <= cfg.min_history:
+        return early + _huge_spikes(name, series.iloc[:cut], [], [])
     factor = cfg.grad_norm_factor if kind == "grad" else cfg.loss_factor
     y = log10_positive(prefix)
     deps = find_departures(y, +1, min_delta=float(np.log10(factor)), z=cfg.robust_z,
@@ -87,6 +136,13 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         if not critical:
             blips.append((int(steps[d.first]), peak))
             continue
+        if rl and kind == "grad" and not at_end:
+            # an RL policy's grad norm runs high for a few updates and settles: a warning, unless a
+            # lasting change (reward, entropy, KL, length) starts with it (verdict.py promotes it)
+            out.append(Finding(DIVERGENCE, int(steps[d.onset]), WARNING, name, "grad_excursion",
+                               f"{name} ran {fmt(peak)}x above its median of {fmt(base)} for {n_rec} records "
+                               f"from step {int(steps[d.onset])}; back in band after step {int(steps[d.end])}"))
+            continue
         rule = "sustained_rise" if at_end else "multi_record_spike"
         top = d.onset + int(np.nanargmax(np.where(np.isfinite(y[d.onset:]), y[d.onset:], -np.inf)))
         if not at_end and not truncated:
@@ -102,19 +158,44 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
             out.append(Finding(DIVERGENCE, step, WARNING, name, "large_spike",
                                f"{name} spiked to {fmt(peak)}x its median at step {step} and came back "
                                f"within 2 records"))
+    out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips])
     blips = [b for b in blips if b[1] < LARGE_SPIKE]
     if blips:
         step, peak = max(blips, key=lambda b: b[1])
         out.append(Finding(DIVERGENCE, blips[0][0], WARNING, name, "isolated_spike",
                            f"{len(blips)} short {name} spike(s) that recovered within 2 records "
                            f"(largest {fmt(peak)}x its median, at step {step}): not divergence"))
-    return out
+    return early + out
+
+
+def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int]) -> list[Finding]:
+    """A record ``HUGE_SPIKE`` times the median of the records before it (a grad norm of 11,140
+    where it ran 8-15) is a blow-up even if the next record is back: critical. The instability is
+    dated from the first earlier spike of the same series, if any."""
+    if any(f.severity == CRITICAL for f in found):
+        return []
+    vals = series.to_numpy(dtype=float)
+    steps = series.index.to_numpy()
+    ok = np.flatnonzero(np.isfinite(vals) & (vals > 0))
+    for j in range(2, ok.size):
+        before = vals[ok[:j]]
+        med = float(np.median(before))
+        if vals[ok[j]] >= HUGE_SPIKE * med:
+            earlier = [s for s in [f.onset_step for f in found] + blip_steps
+                       if s is not None and s < steps[ok[j]]]
+            onset = min(earlier) if earlier else int(steps[ok[j]])
+            lead = (f"; it first spiked at step {onset}" if onset != int(steps[ok[j]]) else "")
+            return [Finding(DIVERGENCE, onset, CRITICAL, name, "huge_spike",
+                            f"{name} reached {fmt(vals[ok[j]])} at step {int(steps[ok[j]])}, "
+                            f"{fmt(vals[ok[j]] / med)}x the median of {fmt(med)} before it{lead}")]
+    return []
 
 
 @register_detector("divergence", "loss or grad-norm spike or sustained blow-up, finite at first")
 def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run)
     out: list[Finding] = []
+    rl = any(run.resolve(name) is not None for name in RL_SIGNALS)
     for name, kind in _candidates(run):
-        out += detect_series_divergence(name, kind, run.get(name), cfg, start_end)
+        out += detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl)
     return out

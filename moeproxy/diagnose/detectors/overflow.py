@@ -177,6 +177,40 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
     return out
 
 
+STORM_RECORDS = 3  # consecutive iterations skipped for overflow after start-up: the scaler cannot keep up
+
+
+def _storm_findings(run: RunSeries, start_end: int | None) -> list[Finding]:
+    """An overflow storm: DeepSpeed's ``OVERFLOW! ... Skipping step`` (or a skipped-iterations count)
+    on ``STORM_RECORDS`` or more consecutive logged iterations after the start-up search. fp16
+    dynamic scaling skips one step now and then; skipping every step means the gradients overflow
+    at any scale the scaler tries."""
+    for name in ("deepspeed/overflow", *(f[0] for f in [run.resolve("skipped_iters")] if f)):
+        s = run.get(name)
+        if s is None:
+            continue
+        s = s.dropna()
+        if start_end is not None:
+            s = s[s.index > start_end]
+        flags = s.to_numpy() > 0
+        steps = s.index.to_numpy()
+        k = 0
+        while k < len(flags):
+            if not flags[k]:
+                k += 1
+                continue
+            j = k
+            while j + 1 < len(flags) and (flags[j + 1] or (j + 2 < len(flags) and flags[j + 2])):
+                j += 1
+            count = int(flags[k:j + 1].sum())
+            if count >= STORM_RECORDS:
+                return [Finding(OVERFLOW, int(steps[k]), CRITICAL, name, "overflow_storm",
+                                f"{name}: {count} of the {j - k + 1} logged iterations from step {int(steps[k])} "
+                                f"to {int(steps[j])} were skipped for overflow (after the start-up search)")]
+            k = j + 1
+    return []
+
+
 def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Finding]:
     """Megatron-style lines print the loss only when it is finite (>= 0): a record that has the
     loss scale but no loss, and skipped no iteration, had a NaN loss."""
@@ -209,6 +243,7 @@ def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     findings += _loss_scale_findings(run, cfg, start_end)
     findings += _counter_findings(run, cfg, start_end, fp16)
     findings += _vanished_loss_findings(run, start_end)
+    findings += _storm_findings(run, start_end)
     if start_end is not None:
         findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
                                 f"fp16 loss-scale search at start-up up to step {start_end} is not a "
