@@ -30,6 +30,7 @@ FALLBACK_NAMES: dict[str, tuple[str, ...]] = {
                     "rollout/reward_mean", "rollout/raw_reward"),
     "response_length_mean": ("response_length/mean", "completions/mean_length",
                              "rollout/response_length_mean", "response_length"),
+    "response_length_max": ("response_length/max", "len_max", "completions/max_length"),
     "truncation_rate": ("response_length/clip_ratio", "completions/clipped_ratio",
                         "rollout/truncated_rate", "rollout/truncated_ratio"),
     "logprob_diff_mean": ("training/rollout_probs_diff_mean", "sampling/sampling_logp_difference/mean",

@@ -14,7 +14,7 @@ import re
 
 CANONICAL = (
     "loss", "grad_norm", "lr", "loss_scale", "skipped_iters", "nan_iters", "policy_entropy", "kl",
-    "ppo_kl", "clipfrac", "reward_mean", "response_length_mean", "truncation_rate",
+    "ppo_kl", "clipfrac", "reward_mean", "response_length_mean", "response_length_max", "truncation_rate",
     "logprob_diff_mean", "logprob_diff_max", "is_ratio_mean", "routing_entropy", "load_imbalance",
     "aux_loss", "step_time",
 )
@@ -59,9 +59,13 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "response_length", "mean_gen_tokens_per_sample", "rollout/response_lengths",
         "len_mean", "response_len_mean", "completion_length",
     ),
+    "response_length_max": (
+        "response_length/max", "completions/max_length", "len_max", "max_response_length",
+        "rollout/response_length_max",
+    ),
     "truncation_rate": (
         "response_length/clip_ratio", "completions/clipped_ratio", "rollout/truncated_rate",
-        "rollout/truncated_ratio", "truncated",
+        "rollout/truncated_ratio", "truncated", "len_clip_ratio",
     ),
     "logprob_diff_mean": (
         "logprob_diff_mean", "training/rollout_probs_diff_mean", "sampling/sampling_logp_difference/mean",

@@ -1,7 +1,8 @@
 """Python dicts printed to the console, one per logging step.
 
 HF Trainer / TRL print ``{'loss': 2.07, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.04}``
-(no step: the record index stands in, and the summary says so); OpenRLHF prints
+(no step: the counter of the tqdm bar redrawn right after the dict, else the record index,
+and the summary says so); OpenRLHF prints
 ``✨ Global step 12: {...}``; slime prints ``step 12: {...}`` (and ``perf 12: {...}``,
 ``eval 12: {...}``, whose keys get that prefix). Values may be ``nan``, ``inf``, ``np.float64(x)``
 or ``tensor(x)``; ``ast.literal_eval`` cannot read those, so pairs are matched directly.
@@ -16,6 +17,7 @@ from moeproxy.ingest.prefixes import rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
+from moeproxy.ingest.text import TQDM
 from moeproxy.ingest.values import parse_number
 
 DICT = re.compile(r"\{\s*['\"][^'\"]+['\"]\s*:.*\}")
@@ -29,10 +31,32 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
     skipped = 0
     index = 0
     from_index = False
+    pending: list[tuple[dict, int]] = []  # dicts with no step, waiting for the progress bar's counter
+    last_bar: int | None = None
+
+    bar_dates = True  # False once two stepless dicts came with no bar between them
+
+    def flush(bar: int | None) -> None:
+        nonlocal index, from_index
+        for record, rank in pending:
+            if bar is None or not bar_dates:
+                step, from_index = index, True
+            else:
+                step = bar
+            index += 1
+            table.add_dict(step, record, rank=rank)
+        pending.clear()
+
     for _, line in src.lines():
         m = DICT.search(line)
         if not m:
-            if line.strip():
+            bar = TQDM.search(line)
+            if bar:
+                # HF Trainer/TRL print the log dict with tqdm.write, which redraws the bar right
+                # after it: the counter on the next bar line is the step the dict was logged at
+                last_bar = int(bar.group(1))
+                flush(last_bar)
+            elif line.strip():
                 skipped += 1
             continue
         record: dict[str, float] = {}
@@ -59,9 +83,14 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
             skipped += 1
             continue
         if step is None:
-            step, from_index = index, True
+            if pending:  # two stepless dicts with no bar between them: the bar does not count steps
+                bar_dates = False
+                flush(None)
+            pending.append((record, rank_of(line)))
+            continue
         index += 1
         table.add_dict(step, record, rank=rank_of(line))
+    flush(last_bar)  # after the last bar (a final summary dict): the bar did not move
     names = table.metric_names
     framework = guess_framework(names)
     if "Global step" in src.head_text:

@@ -1,7 +1,22 @@
-"""Opening a log file for parsing: existence, hashing, binary and encoding checks, line reading.
+"""Opening a log file for parsing: existence, file type, binary and encoding checks, line reading,
+and the sha256 of exactly the bytes parsed.
 
 Every problem becomes an ``InputError`` whose message names the file (and the line where there
 is one), so the CLI can print one clear line and exit 2 without touching the store.
+
+Lifecycle: ``open_source`` takes a snapshot of the file (its size, inode and first 64 KiB) and
+refuses what is not a regular file before anything reads it (a FIFO would block forever). Every
+later read covers bytes of that snapshot only: a log that grows while it is read is parsed up to
+the size seen at open (the next ingest sees the rest); one that shrinks, is rewritten or replaced
+under us gives an error. ``parsed_end`` says how far the parsed bytes go, ``sha256`` is the hash
+of exactly those bytes.
+
+Unterminated last line: line readers read up to the last newline. The bytes after it (a line still
+being written, or a file cut by a crash) are kept only when the line closes itself (it ends with
+``}``, ``]``, ``)`` or ``|``), decodes, holds no NUL byte and the file is not growing; otherwise
+they are dropped with a warning naming the line, and are not part of ``parsed_end`` or the hash. A
+line that ends in a digit may be a number cut mid-write (``lr=3e`` of ``lr=3e-4``), so it is never
+read: a value is stored only as the file spells it.
 """
 
 from __future__ import annotations
@@ -9,29 +24,77 @@ from __future__ import annotations
 import codecs
 import hashlib
 import io
-from dataclasses import dataclass
+import os
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from moeproxy.errors import InputError
 
 HEAD_BYTES = 64 * 1024
+# an unterminated last line ending in one of these closed its record: nothing of it can be cut
+CLOSING = ("}", "]", ")", "|")
+_KIND = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+         stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
+
+
+def file_kind(mode: int) -> str:
+    """'a FIFO (named pipe)', 'a socket', ... for what is not a regular file."""
+    return _KIND.get(stat.S_IFMT(mode), "not a regular file")
 
 
 @dataclass
 class SourceFile:
     path: Path
-    size: int
+    size: int  # bytes at open: nothing after them is read
     head: bytes
     encoding: str | None  # None for binary formats (TensorBoard event files)
     _sha256: str | None = None
+    identity: tuple[int, int] = (0, 0)  # (st_dev, st_ino) at open
+    lines_end: int | None = None  # just after the last newline before ``size`` (text files)
+    parsed_end: int | None = None  # how far the parsed bytes go (set by the readers; default: size)
+    warnings: list[str] = field(default_factory=list)
+    _tail_bytes: bytes = b""
+    _tail_decided: tuple | None = None
+
+    # -- the snapshot ----------------------------------------------------------------------
+    def open_checked(self):
+        """The file opened for binary reading, checked to be the one opened at first."""
+        try:
+            fh = open(self.path, "rb", buffering=0)
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        st = os.fstat(fh.fileno())
+        if self.identity != (0, 0) and (st.st_dev, st.st_ino) != self.identity:
+            fh.close()
+            raise InputError(f"{self.path}: replaced by another file while being read; nothing stored, ingest it again")
+        return fh
+
+    def changed(self, what: str) -> InputError:
+        return InputError(f"{self.path}: {what} while being read; nothing stored, ingest it again")
+
+    def current_size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except OSError:
+            return -1
 
     @property
     def sha256(self) -> str:
-        """The file's sha256, computed on first use (a parser may have it computed elsewhere)."""
+        """The sha256 of the bytes parsed (``[0, parsed_end)``), computed on first use unless a
+        reader hashed them on the way."""
         if self._sha256 is None:
-            self._sha256 = _sha256(self.path)
+            h = hashlib.sha256()
+            with _RangeReader(self, 0, self.end) as raw:
+                while chunk := raw.read(1 << 20):
+                    h.update(chunk)
+            self._sha256 = h.hexdigest()
         return self._sha256
+
+    @property
+    def end(self) -> int:
+        return self.size if self.parsed_end is None else self.parsed_end
 
     @property
     def head_text(self) -> str:
@@ -46,92 +109,219 @@ class SourceFile:
     def head_lines(self, limit: int = 400) -> list[str]:
         return self.head_text.splitlines()[:limit]
 
+    # -- reading -----------------------------------------------------------------------------
     def lines(self) -> Iterator[tuple[int, str]]:
         """(1-based line number, line without its newline), strictly decoded."""
-        with open(self.path, "r", encoding=self.encoding, newline="") as fh:
-            lineno = 0
-            try:
-                for lineno, line in enumerate(fh, 1):
-                    yield lineno, line.rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{self.path}: line {lineno + 1}: not valid {self.encoding} text ({exc.reason})"
-                ) from None
+        lineno = 0
+        try:
+            for lineno, line in enumerate(self._text(0, self.size), 1):
+                yield lineno, line.rstrip("\r\n")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{self.path}: line {lineno + 1}: not valid {self.encoding} text ({exc.reason})") from None
 
     def text_stream(self) -> Iterator[str]:
         """Lines (newline kept) for hot loops that need no line numbers."""
-        with open(self.path, "r", encoding=self.encoding, newline="") as fh:
-            try:
-                yield from fh
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{self.path}: not valid {self.encoding} text ({exc.reason})") from None
+        return self.text_range(0, self.size)
 
     def line_boundary(self, offset: int) -> int:
-        """The offset just after the first newline at or after ``offset`` (the file size if none)."""
-        with open(self.path, "rb") as fh:
+        """The offset just after the first newline at or after ``offset`` (the end of the complete
+        lines if none)."""
+        stop = self._lines_end()
+        with self.open_checked() as fh:
             fh.seek(offset)
-            while chunk := fh.read(1 << 16):
+            while offset < stop and (chunk := fh.read(1 << 16)):
                 at = chunk.find(b"\n")
                 if at >= 0:
-                    return offset + at + 1
+                    return min(offset + at + 1, stop)
                 offset += len(chunk)
-        return self.size
+        return stop
 
     def text_range(self, start: int, stop: int) -> Iterator[str]:
-        """Lines (newline kept) of bytes [start, stop), which must begin and end at line starts."""
-        raw = io.BufferedReader(_RangeReader(self.path, start, stop), 1 << 16)
-        with io.TextIOWrapper(raw, encoding=self.encoding, newline="") as fh:
-            try:
-                yield from fh
-            except UnicodeDecodeError as exc:  # as text_stream words it
-                raise InputError(f"{self.path}: not valid {self.encoding} text ({exc.reason})") from None
-
-    def read_text(self) -> str:
+        """Lines (newline kept) of bytes [start, stop): see ``_text``."""
         try:
-            return self.path.read_text(encoding=self.encoding)
+            yield from self._text(start, stop)
         except UnicodeDecodeError as exc:
-            line = self.path.read_bytes()[: exc.start].count(b"\n") + 1
+            raise InputError(f"{self.path}: not valid {self.encoding} text ({exc.reason})") from None
+
+    def _text(self, start: int, stop: int) -> Iterator[str]:
+        """Lines (newline kept) of bytes [start, stop), which must begin and end at line starts;
+        a range that ends at the file's size ends at its last newline, and the unterminated line
+        after it is yielded only when it is complete (see the module docstring)."""
+        to_end = stop >= self.size
+        if to_end:
+            stop = self._lines_end()
+        hasher = hashlib.sha256() if start == 0 and to_end and self._sha256 is None else None
+        if start < stop:
+            raw = io.BufferedReader(_RangeReader(self, start, stop, hasher), 1 << 16)
+            with io.TextIOWrapper(raw, encoding=self.encoding, newline="") as fh:
+                yield from fh
+        if to_end:
+            tail = self._tail(stop)
+            if hasher is not None:
+                if tail is not None:
+                    hasher.update(self._tail_bytes)
+                self._sha256 = hasher.hexdigest()
+            if tail is not None:
+                yield tail
+
+    def read_text(self, whole: bool = False) -> str:
+        """The text of the file; ``whole``: every byte of it (a JSON document), else the complete
+        lines and the unterminated last one only when it is complete (as ``lines``)."""
+        stop = self.size if whole else self._lines_end()
+        h = hashlib.sha256()
+        with _RangeReader(self, 0, stop, h) as raw:
+            data = raw.readall()
+        tail = None if whole else self._tail(stop)
+        if tail is not None:
+            h.update(self._tail_bytes)
+        self._sha256 = h.hexdigest()
+        try:
+            text = data.decode(self.encoding)
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
             raise InputError(f"{self.path}: line {line}: not valid {self.encoding} text ({exc.reason})") from None
+        return text + (tail or "")
+
+    def read_binary(self) -> Iterator[bytes]:
+        """The file's bytes [0, size) in chunks, checked and hashed (binary formats)."""
+        h = hashlib.sha256()
+        with _RangeReader(self, 0, self.size, h) as raw:
+            while chunk := raw.read(1 << 20):
+                yield chunk
+        self._sha256 = h.hexdigest()
 
     @property
     def ends_with_newline(self) -> bool:
-        if self.size == 0:
-            return False
-        with open(self.path, "rb") as fh:
-            fh.seek(-1, 2)
-            return fh.read(1) in (b"\n", b"\r")
+        return self._lines_end() == self.size
+
+    # -- the unterminated last line -----------------------------------------------------------
+    def _lines_end(self) -> int:
+        if self.lines_end is None:
+            self.lines_end = self._find_lines_end()
+        return self.lines_end
+
+    def _find_lines_end(self) -> int:
+        """Just after the last line terminator (``\\n`` or ``\\r``) before ``size``; 0 if none."""
+        if self.encoding is None:
+            return self.size
+        if self.encoding == "utf-16":  # rare and small: find the last newline code unit in the whole
+            with _RangeReader(self, 0, self.size) as raw:
+                data = raw.readall()
+            le = data.startswith(codecs.BOM_UTF16_LE)
+            for at in range(len(data) - 2, 1, -2):  # code units at even offsets after the BOM
+                unit = data[at:at + 2]
+                if unit in ((b"\n\x00", b"\r\x00") if le else (b"\x00\n", b"\x00\r")):
+                    return at + 2
+            return 0
+        pos = self.size
+        with self.open_checked() as fh:
+            while pos > 0:
+                start = max(0, pos - (1 << 16))
+                fh.seek(start)
+                chunk = fh.read(pos - start)
+                at = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+                if at >= 0:
+                    return start + at + 1
+                pos = start
+        return 0
+
+    def _tail(self, lines_end: int) -> str | None:
+        """The unterminated last line, when it is complete; else None (a warning names it, once)."""
+        if self._tail_decided is None:
+            self._tail_decided = (self._decide_tail(lines_end),)
+        return self._tail_decided[0]
+
+    def _decide_tail(self, lines_end: int) -> str | None:
+        self._tail_bytes = b""
+        if lines_end >= self.size:
+            self.parsed_end = self.size
+            return None
+        self.parsed_end = lines_end
+        with _RangeReader(self, lines_end, self.size, check_nul=False) as raw:
+            data = raw.readall()
+        try:
+            text = data.decode(self.encoding if lines_end == 0 or self.encoding != "utf-16" else
+                               ("utf-16-le" if self.head.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"))
+        except UnicodeDecodeError:
+            text = None
+        stripped = (text or "").rstrip()
+        if text is not None and (not stripped or stripped.endswith(CLOSING)) and "\x00" not in text:
+            if self.current_size() > self.size:
+                reason = "the file is still being written"
+            else:
+                self.parsed_end = self.size
+                self._tail_bytes = data
+                return text
+        elif text is None:
+            reason = "it ends inside a character"
+        elif "\x00" in text:
+            reason = "it holds NUL bytes (a crash-filled block?)"
+        else:
+            reason = "it may be cut mid-write"
+        line = self._count_newlines(lines_end) + 1
+        self.warnings.append(f"line {line}: no newline at the end of the file, {reason}: "
+                             f"line skipped (bytes {lines_end}-{self.size})")
+        return None
+
+    def _count_newlines(self, stop: int) -> int:
+        n = 0
+        nl = b"\n\x00" if self.encoding == "utf-16" and self.head.startswith(codecs.BOM_UTF16_LE) else (
+            b"\x00\n" if self.encoding == "utf-16" else b"\n")
+        with self.open_checked() as fh:
+            left = stop
+            carry = b""
+            while left > 0 and (chunk := fh.read(min(1 << 20, left))):
+                left -= len(chunk)
+                data = carry + chunk
+                n += data.count(nl)
+                carry = data[-1:] if len(nl) > 1 else b""
+        return n
 
 
 class _RangeReader(io.RawIOBase):
-    """Bytes [start, stop) of a file as a raw stream."""
+    """Bytes [start, stop) of a source file as a raw stream: fails when the file ends before
+    ``stop`` (it shrank), when it is not the file opened (replaced) or its head changed (rewritten),
+    and on a NUL byte in text; feeds ``hasher`` on the way."""
 
-    def __init__(self, path: Path, start: int, stop: int) -> None:
+    def __init__(self, src: SourceFile, start: int, stop: int, hasher=None, check_nul: bool | None = None) -> None:
         super().__init__()
-        self._fh = open(path, "rb", buffering=0)
+        self._src = src
+        self._fh = src.open_checked()
         self._fh.seek(start)
-        self._left = stop - start
+        self._pos = start
+        self._stop = stop
+        self._hasher = hasher
+        self._nul = src.encoding in ("utf-8", "utf-8-sig") if check_nul is None else check_nul
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        if self._left <= 0:
+        left = self._stop - self._pos
+        if left <= 0:
             return 0
-        n = self._fh.readinto(memoryview(buffer)[: min(len(buffer), self._left)]) or 0
-        self._left -= n
+        view = memoryview(buffer)[: min(len(buffer), left)]
+        n = self._fh.readinto(view) or 0
+        if n == 0:
+            raise self._src.changed(f"shrank to {self._pos} bytes (it had {self._src.size})")
+        chunk = view[:n]
+        if self._pos < len(self._src.head):
+            upto = min(n, len(self._src.head) - self._pos)
+            if chunk[:upto] != self._src.head[self._pos:self._pos + upto]:
+                raise self._src.changed("rewritten")
+        if self._nul and (at := chunk.tobytes().find(b"\x00")) >= 0:
+            at += self._pos
+            line = self._src._count_newlines(at) + 1
+            raise InputError(f"{self._src.path}: line {line}: NUL byte at offset {at} (binary data inside a text log)")
+        if self._hasher is not None:
+            self._hasher.update(chunk)
+        self._pos += n
         return n
 
     def close(self) -> None:
-        self._fh.close()
+        if not self.closed:
+            self._fh.close()
         super().close()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def looks_binary(head: bytes) -> bool:
@@ -147,21 +337,34 @@ def looks_binary(head: bytes) -> bool:
 
 def open_source(path: str | Path, *, allow_binary: bool = False) -> SourceFile:
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file or directory")
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory")
     try:
-        size = p.stat().st_size
-        with open(p, "rb") as fh:
-            head = fh.read(HEAD_BYTES)
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file or directory") from None
+    except (OSError, ValueError) as exc:  # ELOOP, ENAMETOOLONG, EACCES on a parent, an embedded NUL
+        raise InputError(f"{p}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{p}: is a directory")
+    if not stat.S_ISREG(st.st_mode):  # before any open: opening a FIFO blocks until a writer comes
+        raise InputError(f"{p}: {file_kind(st.st_mode)}, not a regular file; refusing to read it")
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # never blocks, even if swapped for a FIFO
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{p}: {file_kind(st.st_mode)}, not a regular file; refusing to read it")
+            size = st.st_size
+            head = os.pread(fd, min(HEAD_BYTES, size), 0) if size else b""
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror})") from None
     if size == 0:
         raise InputError(f"{p}: empty file, nothing to ingest")
+    identity = (st.st_dev, st.st_ino)
     if looks_binary(head):
         if allow_binary:
-            return SourceFile(p, size, head, None)
+            return SourceFile(p, size, head, None, identity=identity)
         raise InputError(f"{p}: binary file, not a training log this tool knows")
     if head.startswith(codecs.BOM_UTF8):
         encoding = "utf-8-sig"
@@ -178,4 +381,4 @@ def open_source(path: str | Path, *, allow_binary: bool = False) -> SourceFile:
                     f"{p}: line {line}: not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); "
                     "re-encode the log as UTF-8"
                 ) from None
-    return SourceFile(p, size, head, encoding)
+    return SourceFile(p, size, head, encoding, identity=identity)

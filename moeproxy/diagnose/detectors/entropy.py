@@ -45,7 +45,8 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     if len(s) <= cfg.min_history:
         return []
     vals = s.to_numpy()
-    start, end = head_level(vals, share=0.05), tail_level(vals)
+    # the first records of a short log already show the early fall: two are enough for the start level
+    start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
     if start > 0 and end >= 2 * start:
         rise = sustained_shift(s, +1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history)
         if rise is not None and not rise.recovered:

@@ -14,12 +14,76 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
-from moeproxy.diagnose.taxonomy import CRITICAL, LENGTH_BLOWUP, WARNING, Finding
+from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, LENGTH_BLOWUP, WARNING, Finding
+
+
+PINNED_RECORDS = 3      # records at the length cap, to the end of the run, that make a runaway
+PINNED_SHARE = 0.8      # share of the records from the onset on that sit at the cap (a dip is allowed)
+GRAD_SPIKE_FACTOR = 3.0  # grad norm this far above its median before the pin: the update blew up too
+
+
+def _pinned_at_cap(run: RunSeries) -> tuple[str, int, float, int] | None:
+    """(metric, onset step, cap, records) when the longest response sits at the run's maximum
+    length from some step to the end: the policy has run away to the generation limit."""
+    found = run.resolve("response_length_max")
+    if found is None:
+        return None
+    name, s = found
+    s = s[np.isfinite(s.to_numpy())]
+    if len(s) <= PINNED_RECORDS:
+        return None
+    vals = s.to_numpy()
+    cap = float(vals.max())
+    at_cap = vals >= cap
+    if not at_cap[-1]:
+        return None
+    share_from = np.cumsum(at_cap[::-1])[::-1] / np.arange(len(at_cap), 0, -1)
+    starts = np.flatnonzero(at_cap & (share_from >= PINNED_SHARE))
+    k = int(starts[0])
+    count = int(at_cap[k:].sum())
+    if count < PINNED_RECORDS or k == 0:
+        return None
+    return name, int(s.index[k]), cap, count
+
+
+def _grad_blowup_near(run: RunSeries, onset: int) -> tuple[str, float, float, int] | None:
+    """(metric, median before, peak, peak step) when the grad norm spikes around a length runaway."""
+    found = run.resolve("grad_norm")
+    if found is None:
+        return None
+    name, g = found
+    g = g[np.isfinite(g.to_numpy()) & (g.to_numpy() > 0)]
+    steps = g.index.to_numpy()
+    pos = int(np.searchsorted(steps, onset))
+    lead = max(0, pos - 3)  # a spike up to three records before the pin belongs to the same event
+    before, around = g.iloc[:lead].to_numpy(), g.iloc[lead:]
+    if before.size < 3 or around.empty:
+        return None
+    median = float(np.median(before))
+    peak_i = int(np.argmax(around.to_numpy()))
+    peak = float(around.iloc[peak_i])
+    if peak < GRAD_SPIKE_FACTOR * median:
+        return None
+    return name, median, peak, int(around.index[peak_i])
 
 
 @register_detector("length_blowup", "response length doubles or truncation rises above 10%")
 def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     out: list[Finding] = []
+    pinned = _pinned_at_cap(run)
+    if pinned is not None:
+        name, onset, cap, count = pinned
+        text = (f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} to the end "
+                f"({count} records): responses run away to the generation limit")
+        out.append(Finding(LENGTH_BLOWUP, onset, CRITICAL, name, "length_pinned", text))
+        grad = _grad_blowup_near(run, onset)
+        if grad is not None:
+            gname, median, peak, peak_step = grad
+            # the policy update itself blows up with the runaway: a divergence, which entropy and
+            # reward only follow later
+            out.append(Finding(DIVERGENCE, onset, CRITICAL, gname, "length_runaway",
+                               f"{text}; {gname} spikes to {fmt(peak)} at step {peak_step}, "
+                               f"{fmt(peak / median)}x its median of {fmt(median)} before"))
     found = run.resolve("response_length_mean")
     if found:
         name, s = found
