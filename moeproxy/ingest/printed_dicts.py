@@ -61,7 +61,7 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
             continue
         record: dict[str, float] = {}
         for key, raw in PAIR.findall(m.group(0)):
-            value = parse_number(raw)
+            value = parse_number(raw.strip("'\"") if raw[:1] in "'\"" and raw[-1:] == raw[:1] else raw)
             if value is not None:
                 record[key] = value
         if not record:

@@ -30,6 +30,8 @@ class ParsedLog:
     skipped_lines: int = 0
     step_from_index: bool = False
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # records dropped and named (filled by parse_file)
+    bytes_parsed: int = 0  # how far the parsed bytes go: the sha256 is theirs (filled by parse_file)
     # a file holding several runs (a comparison table): arm name -> frame; ``frame`` is the first
     arms: dict[str, pd.DataFrame] | None = None
 

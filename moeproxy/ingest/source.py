@@ -57,6 +57,7 @@ class SourceFile:
     warnings: list[str] = field(default_factory=list)
     _tail_bytes: bytes = b""
     _tail_decided: tuple | None = None
+    _sha_end: int = -1  # the end of the bytes ``_sha256`` covers
 
     # -- the snapshot ----------------------------------------------------------------------
     def open_checked(self):
@@ -89,8 +90,18 @@ class SourceFile:
             with _RangeReader(self, 0, self.end) as raw:
                 while chunk := raw.read(1 << 20):
                     h.update(chunk)
-            self._sha256 = h.hexdigest()
+            self.set_sha256(h.hexdigest())
         return self._sha256
+
+    def set_sha256(self, digest: str, end: int | None = None) -> None:
+        """Record the hash of the bytes [0, end) (default: [0, the end of the bytes parsed))."""
+        self._sha256, self._sha_end = digest, self.end if end is None else end
+
+    def checked_sha256(self) -> str:
+        """The sha256 of exactly the bytes parsed, recomputed if one was taken over another range."""
+        if self._sha256 is not None and self._sha_end != self.end:
+            self._sha256 = None
+        return self.sha256
 
     @property
     def end(self) -> int:
@@ -160,7 +171,7 @@ class SourceFile:
             if hasher is not None:
                 if tail is not None:
                     hasher.update(self._tail_bytes)
-                self._sha256 = hasher.hexdigest()
+                self.set_sha256(hasher.hexdigest())
             if tail is not None:
                 yield tail
 
@@ -174,7 +185,7 @@ class SourceFile:
         tail = None if whole else self._tail(stop)
         if tail is not None:
             h.update(self._tail_bytes)
-        self._sha256 = h.hexdigest()
+        self.set_sha256(h.hexdigest(), stop + len(self._tail_bytes))
         try:
             text = data.decode(self.encoding)
         except UnicodeDecodeError as exc:
@@ -188,7 +199,7 @@ class SourceFile:
         with _RangeReader(self, 0, self.size, h) as raw:
             while chunk := raw.read(1 << 20):
                 yield chunk
-        self._sha256 = h.hexdigest()
+        self.set_sha256(h.hexdigest(), self.size)
 
     @property
     def ends_with_newline(self) -> bool:

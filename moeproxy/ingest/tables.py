@@ -182,24 +182,28 @@ def _arms(cols: dict[str, list]) -> tuple[list[str], dict[str, list[tuple[str, s
     return arm_names, routes
 
 
-def _bare_values(lines: list[str]) -> tuple[list[int], list[float]] | None:
-    """Headerless ``step value`` rows, or one value per line (index = step)."""
+def _bare_values(lines: list[str]) -> tuple[list[int], list[float], int] | None:
+    """Headerless ``step value`` rows, or one value per line (index = step), with the count of
+    other lines (``...``, ``Saving the model``) skipped; the rows must be most of the file."""
     rows = [l.split() if not l.strip().startswith(("tensor(", "np.", "torch.")) else [l.strip()]
             for l in lines if l.strip()]
     if len(rows) < 2:
         return None
-    if all(len(r) == 2 for r in rows):
-        firsts = [_value(r[0]) for r in rows]
-        seconds = [_value(r[1]) for r in rows]
-        if (all(isinstance(v, float) and v == int(v) for v in firsts)
-                and all(isinstance(v, float) for v in seconds)
-                and all(b > a for a, b in zip(firsts, firsts[1:]))):
-            return [int(v) for v in firsts], seconds
+    pairs = []
+    for r in rows:
+        if len(r) == 2:
+            a, b = _value(r[0]), _value(r[1])
+            if isinstance(a, float) and a == int(a) and isinstance(b, float):
+                pairs.append((int(a), b))
+    if len(pairs) >= 3 and len(pairs) >= 0.6 * len(rows):
+        steps = [p[0] for p in pairs]
+        if sum(b > a for a, b in zip(steps, steps[1:])) >= 0.9 * (len(steps) - 1):
+            return steps, [p[1] for p in pairs], len(rows) - len(pairs)
         return None
     if all(len(r) == 1 for r in rows):
         values = [_value(r[0]) for r in rows]
         if all(isinstance(v, float) for v in values):
-            return list(range(len(values))), values
+            return list(range(len(values))), values, 0
     return None
 
 
@@ -233,11 +237,11 @@ def _read(src: SourceFile, head: bool) -> tuple[dict[str, LogTable], int, bool, 
     bare = _bare_values(lines)
     if bare is None:
         return None
-    steps, values = bare
+    steps, values, skipped = bare
     table = LogTable()
     for step, value in zip(steps, values):
         table.add(step, ["loss"], [value])
-    return {"": table}, 0, not any(len(l.split()) == 2 for l in lines if l.strip()), "values"
+    return {"": table}, skipped, not any(len(l.split()) == 2 for l in lines if l.strip()), "values"
 
 
 def parse_tables(src: SourceFile) -> ParsedLog:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from moeproxy.ingest.names import guess_framework
+from moeproxy.ingest.names import canonical_of, guess_framework
 from moeproxy.ingest.prefixes import RANK_PREFIX, TIMESTAMP, rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
@@ -36,6 +36,8 @@ KEY_COLON = re.compile(r"^([A-Za-z_][\w./@\-() ]*?)\s*:\s*\[?(" + NUMBER + r")",
 KEY_COLON_RUN = re.compile(r"([A-Za-z_][\w./@\-()]*(?: [A-Za-z_][\w./@\-()]*)*?)\s*:\s*\[?(" + NUMBER + r")(?![\w.])",
                            re.IGNORECASE)
 KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")", re.IGNORECASE)
+# a value before its name, only for names that are known metrics (``9.12 loss``, not ``12 ms``)
+VALUE_FIRST = re.compile(r"^(" + NUMBER + r")\s+([A-Za-z_][\w/]*)(?![\w.])", re.IGNORECASE)
 SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s{2,}|\t")
 
 
@@ -69,6 +71,10 @@ def extract_pairs(text: str) -> dict[str, float]:
         if m:
             key = " ".join(m.group(1).lower().split())
             record[key] = _number(m.group(2))
+            continue
+        m = VALUE_FIRST.match(segment)
+        if m and canonical_of(m.group(2).lower()) is not None:  # ``9.12 loss at iter 2140``
+            record[m.group(2).lower()] = _number(m.group(1))
     return record
 
 

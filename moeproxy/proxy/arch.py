@@ -65,7 +65,7 @@ class FamilyAdapter:
     def num_experts(self, config: dict) -> int:
         for key in self.count_keys:
             if config.get(key) is not None:
-                return int(config[key])
+                return config_int(config, key)
         raise InputError(
             f"config.json of model_type {self.model_type!r} has none of the expert-count fields "
             f"{', '.join(self.count_keys)}"
@@ -74,14 +74,15 @@ class FamilyAdapter:
     def top_k(self, config: dict) -> int:
         if config.get(self.top_k_key) is None:
             raise InputError(f"config.json has no {self.top_k_key!r} (top-k) for {self.model_type!r}")
-        return int(config[self.top_k_key])
+        return config_int(config, self.top_k_key)
 
     def groups(self, config: dict) -> tuple[int, int]:
         """(n_group, topk_group); (1, 1) for ungrouped routers."""
         if self.group_key is None:
             return 1, 1
-        n_group = int(config.get(self.group_key) or 1)
-        topk_group = int(config.get(self.topk_group_key) or n_group) if self.topk_group_key else n_group
+        n_group = config_int(config, self.group_key) if config.get(self.group_key) else 1
+        topk_group = config_int(config, self.topk_group_key) if self.topk_group_key and config.get(
+            self.topk_group_key) else n_group
         return n_group, topk_group
 
     def routing_shape(self, config: dict) -> RoutingShape:
@@ -101,6 +102,16 @@ class FamilyAdapter:
 
 
 FAMILIES: dict[str, FamilyAdapter] = {}
+MAX_CONFIG_COUNT = 1 << 20  # experts, top-k, groups: far above any real model, far below an overflow
+
+
+def config_int(config: dict, key: str) -> int:
+    """A count field of config.json: a JSON integer in 1..2**20, else ``InputError`` naming it."""
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONFIG_COUNT:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InputError(f"config.json: {key} = {shown} is not an integer between 1 and {MAX_CONFIG_COUNT}")
+    return value
 
 
 def register(adapter: FamilyAdapter) -> FamilyAdapter:
@@ -150,7 +161,7 @@ def supported_families() -> list[str]:
 
 def adapter_for(config: dict, source: str = "config.json") -> FamilyAdapter:
     model_type = config.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise InputError(
             f"{source}: unsupported model_type {model_type!r}; supported MoE families: "
             f"{', '.join(supported_families())}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,10 @@ DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
     "U16": 2, "U32": 4, "U64": 8, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
 }
+# every dtype the safetensors format defines, in bits per element (sub-byte ones can be copied, not sliced)
+DTYPE_BITS = {**{k: 8 * v for k, v in DTYPE_BYTES.items()}, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+MAX_HEADER_BYTES = 100 << 20
+MAX_JSON_BYTES = 256 << 20
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 COPY_CHUNK = 64 << 20
@@ -48,25 +53,130 @@ class TensorRef:
         return math.prod(self.shape)
 
 
-def read_header(path: Path) -> tuple[dict[str, TensorRef], dict]:
-    """Parse one safetensors file's header; returns (tensors, __metadata__)."""
+def _shown(value, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: names from a hostile file can be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def open_regular(path: Path, what: str = "file"):
+    """Open ``path`` for binary reading if it is a regular file; ``InputError`` otherwise.
+
+    Opened with O_NONBLOCK and checked on the open descriptor, so a FIFO or device swapped in
+    cannot block the reader, and the check and the read see the same file.
+    """
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(8)
-            if len(raw) != 8:
-                raise InputError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-            (n,) = struct.unpack("<Q", raw)
-            if n > 100 << 20:
-                raise InputError(f"{path}: not a safetensors file (header length {n} is implausible)")
-            header = json.loads(fh.read(n))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except ValueError as exc:  # an embedded NUL byte
+        raise InputError(f"{what} {_shown(str(path))}: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"{what} {_shown(str(path))}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (FIFO, device or socket)"
+            raise InputError(f"{what} {_shown(str(path))}: {kind}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def parse_json_bytes(raw: bytes, where: str):
+    """JSON from bytes with every failure (encoding, syntax, depth, giant numbers) as one ``InputError``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: corrupt safetensors header ({exc})") from exc
+        raise InputError(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise InputError(f"{where}: invalid JSON ({str(exc)[:120]})") from None
+
+
+def read_json_file(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> dict:
+    """A JSON object from a regular file of at most ``limit`` bytes (config.json, the index)."""
+    with open_regular(path, what) as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise InputError(f"{path}: larger than {limit >> 20} MiB; not a {what}")
+    data = parse_json_bytes(raw, str(path))
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tensor_ref(path: Path, name: str, info, base: int) -> TensorRef:
+    """One header entry, checked: known dtype, non-negative integer shape and offsets, byte length
+    equal to the element count times the dtype size."""
+    where = f"{path}: tensor {_shown(name)}"
+    if not isinstance(info, dict):
+        raise InputError(f"{where}: entry is a JSON {type(info).__name__}, not an object")
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
+    if missing:
+        raise InputError(f"{where}: no {', '.join(missing)}")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise InputError(f"{where}: unknown dtype {_shown(dtype)}")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise InputError(f"{where}: shape {_shown(shape)} is not a list of non-negative integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        raise InputError(f"{where}: data_offsets {_shown(offsets)} is not [begin, end] with 0 <= begin <= end")
+    bits = math.prod(shape) * DTYPE_BITS[dtype]
+    if bits != (offsets[1] - offsets[0]) * 8:
+        raise InputError(f"{where}: {dtype} shape {_shown(shape)} needs {_shown(bits / 8)} bytes, "
+                         f"data_offsets hold {_shown(offsets[1] - offsets[0])}")
+    return TensorRef(name, Path(path), dtype, tuple(shape), base + offsets[0], base + offsets[1])
+
+
+def read_header(path: Path) -> tuple[dict[str, TensorRef], dict]:
+    """Parse and check one safetensors file's header; returns (tensors, __metadata__).
+
+    Checked as the safetensors library checks it, before any byte is copied: a JSON object of
+    tensor entries (plus an optional ``__metadata__`` of strings), each with a known dtype, a shape
+    and ``data_offsets`` whose length matches; the tensors tile the data section exactly, from 0 to
+    the end of the file, without gaps or overlaps. Any failure is one ``InputError`` naming the file.
+    """
+    with open_regular(path, "safetensors file") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        raw = fh.read(8)
+        if len(raw) != 8:
+            raise InputError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > MAX_HEADER_BYTES or n > size - 8:
+            raise InputError(f"{path}: not a safetensors file (header length {n} is implausible for a file of "
+                             f"{size} bytes)")
+        blob = fh.read(n)
+    header = parse_json_bytes(blob, f"{path}: safetensors header")
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: safetensors header is a JSON {type(header).__name__}, not an object")
+    meta = header.pop("__metadata__", None)
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise InputError(f"{path}: safetensors __metadata__ is not an object of strings")
     base = 8 + n
-    meta = header.pop("__metadata__", {}) or {}
-    tensors = {}
-    for name, info in header.items():
-        begin, stop = info["data_offsets"]
-        tensors[name] = TensorRef(name, Path(path), info["dtype"], tuple(info["shape"]), base + begin, base + stop)
+    tensors = {name: _tensor_ref(path, name, info, base) for name, info in header.items()}
+    expected = base
+    for ref in sorted(tensors.values(), key=lambda t: (t.start, t.end)):
+        if ref.start != expected:
+            problem = "overlaps the tensor before it" if ref.start < expected else "leaves a gap before it"
+            raise InputError(f"{path}: tensor {_shown(ref.name)} at data_offsets "
+                             f"[{ref.start - base}, {ref.end - base}] {problem} (expected to begin at {expected - base})")
+        expected = ref.end
+    if expected != size:
+        raise InputError(f"{path}: the tensors' data ends at byte {expected} but the file holds {size} bytes "
+                         f"({'truncated' if expected > size else 'trailing bytes'})")
     return tensors, meta
 
 
@@ -87,37 +197,71 @@ class Checkpoint:
 
 
 def load_config(path: Path) -> dict:
+    """config.json of a checkpoint directory (or the file itself) as a dict; ``InputError`` if it is not one."""
     path = Path(path)
-    cfg_file = path / "config.json" if path.is_dir() else path
-    if not cfg_file.exists():
-        raise NotFound(f"{cfg_file}: no config.json")
     try:
-        return json.loads(cfg_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{cfg_file}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+        cfg_file = path / "config.json" if path.is_dir() else path
+        exists = cfg_file.exists() or cfg_file.is_symlink()
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{_shown(str(path))}: {exc}") from None
+    if not exists:
+        raise NotFound(f"{cfg_file}: no config.json")
+    return read_json_file(cfg_file, "config.json")
 
 
-def open_checkpoint(path: Path) -> Checkpoint:
-    """Index a checkpoint directory (sharded with index.json, or a single model.safetensors)."""
+def check_shard_name(name, index_file: Path) -> str:
+    """A shard name from an index: a plain ``*.safetensors`` file name in the checkpoint directory.
+
+    Absolute names, ``..``, subdirectories and NUL bytes are refused: they would read (and, mirrored
+    into the proxy, write) outside the checkpoint and output directories.
+    """
+    if not isinstance(name, str):
+        raise InputError(f"{index_file}: weight_map value {_shown(name)} is not a file name")
+    if ("/" in name or "\\" in name or "\x00" in name or name in ("", ".", "..") or len(name.encode()) > 255
+            or not name.endswith(".safetensors")):
+        raise InputError(f"{index_file}: shard name {_shown(name)} is not a plain *.safetensors file name in the "
+                         "checkpoint directory (absolute paths, '..' and subdirectories are refused)")
+    return name
+
+
+def open_checkpoint(path: Path, inside=None) -> Checkpoint:
+    """Index a checkpoint directory (sharded with index.json, or a single model.safetensors).
+
+    Every file is checked before any byte of tensor data is read: config.json and the index are
+    JSON objects, shard names are plain file names, and each shard's header passes ``read_header``.
+    ``inside(path, what)``, when given, is called on each file read (the dashboard's allowed roots).
+    """
     path = Path(path)
-    if not path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{_shown(str(path))}: {exc}") from None
+    if not is_dir:
         raise NotFound(f"{path}: not a checkpoint directory")
+    check = inside or (lambda p, what: p)
+    check(path / "config.json", "config.json")
     config = load_config(path)
     index_file = path / INDEX_NAME
-    if index_file.exists():
-        index = json.loads(index_file.read_text())
-        weight_map = index.get("weight_map") or {}
-        shards = sorted(set(weight_map.values()))
-        index_metadata = index.get("metadata", {}) or {}
-    elif (path / SINGLE_NAME).exists():
+    if index_file.exists() or index_file.is_symlink():
+        check(index_file, INDEX_NAME)
+        index = read_json_file(index_file, INDEX_NAME)
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise InputError(f"{index_file}: weight_map is not a non-empty object of tensor name -> shard file")
+        shards = sorted({check_shard_name(v, index_file) for v in weight_map.values()})
+        index_metadata = index.get("metadata") or {}
+        if not isinstance(index_metadata, dict):
+            raise InputError(f"{index_file}: metadata is a JSON {type(index_metadata).__name__}, not an object")
+    elif (path / SINGLE_NAME).exists() or (path / SINGLE_NAME).is_symlink():
         shards, weight_map, index_metadata = [SINGLE_NAME], None, {}
     else:
         raise InputError(f"{path}: no {INDEX_NAME} or {SINGLE_NAME} (moeproxy works on safetensors checkpoints)")
     tensors: dict[str, TensorRef] = {}
     shard_metadata = {}
     for shard in shards:
-        if not (path / shard).exists():
+        if not (path / shard).exists() and not (path / shard).is_symlink():
             raise NotFound(f"{index_file}: shard {shard} listed in weight_map is missing")
+        check(path / shard, "shard")
         found, meta = read_header(path / shard)
         shard_metadata[shard] = meta
         for name, ref in found.items():
@@ -127,7 +271,7 @@ def open_checkpoint(path: Path) -> Checkpoint:
     if weight_map is not None:
         missing = [k for k in weight_map if k not in tensors]
         if missing:
-            raise InputError(f"{index_file}: {len(missing)} tensors not found in their shard, e.g. {missing[0]}")
+            raise InputError(f"{index_file}: {len(missing)} tensors not found in their shard, e.g. {_shown(missing[0])}")
     return Checkpoint(path, config, tensors, shards, shard_metadata, index_metadata)
 
 

@@ -68,7 +68,10 @@ def _ratio_drift(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     outside = s[(s < cfg.is_ratio_low) | (s > cfg.is_ratio_high)]
     if shift is not None:
         value = float(s.loc[shift.peak_step])
-        return Finding(PRECISION_MISMATCH, shift.onset_step, CRITICAL, name, "is_ratio_drift",
+        # a drift that stays inside the window is what any sharp policy change does to the ratio
+        # (a reward collapse moves it too): critical only once the ratio leaves the window
+        severity = CRITICAL if len(outside) else WARNING
+        return Finding(PRECISION_MISMATCH, shift.onset_step, severity, name, "is_ratio_drift",
                        f"{name} drifted from {fmt(float(np.exp(shift.baseline)) if shift.baseline else 1.0)}"
                        f"-ish to {fmt(value)} from step {shift.onset_step} "
                        f"({len(outside)} records outside [{fmt(cfg.is_ratio_low)}, {fmt(cfg.is_ratio_high)}])")
