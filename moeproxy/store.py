@@ -40,7 +40,8 @@ import pyarrow as pa
 from moeproxy.contracts import GLOBAL_RANK, ROLES  # noqa: F401  (ROLES re-exported)
 from moeproxy.errors import InputError, NotFound, StoreBusy
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), sources.bytes (bytes parsed)
+ATTEMPT_MAX = 2**31 - 1
 
 _SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
@@ -52,14 +53,14 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS sources (
     source_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, path VARCHAR, sha256 VARCHAR NOT NULL,
     format VARCHAR, framework VARCHAR, rows BIGINT, steps BIGINT, metrics INTEGER, nonfinite BIGINT,
-    attempts INTEGER, skipped_lines BIGINT, step_from_index BOOLEAN, ingested_at TIMESTAMPTZ);
+    attempts INTEGER, skipped_lines BIGINT, step_from_index BOOLEAN, ingested_at TIMESTAMPTZ, bytes BIGINT);
 CREATE TABLE IF NOT EXISTS metric_names (run_id INTEGER NOT NULL, metric VARCHAR NOT NULL, original VARCHAR NOT NULL);
 CREATE TABLE IF NOT EXISTS scalars (
     run_id INTEGER NOT NULL, metric VARCHAR NOT NULL, step BIGINT NOT NULL, value DOUBLE,
-    attempt SMALLINT NOT NULL, rank INTEGER NOT NULL, wall_time DOUBLE, source_id INTEGER);
+    attempt INTEGER NOT NULL, rank INTEGER NOT NULL, wall_time DOUBLE, source_id INTEGER);
 CREATE TABLE IF NOT EXISTS routing (
     run_id INTEGER NOT NULL, step BIGINT NOT NULL, layer INTEGER NOT NULL, expert INTEGER NOT NULL,
-    load DOUBLE, attempt SMALLINT NOT NULL, source_id INTEGER);
+    load DOUBLE, attempt INTEGER NOT NULL, source_id INTEGER);
 CREATE TABLE IF NOT EXISTS findings (
     run_id INTEGER NOT NULL, detector_version VARCHAR, created_at TIMESTAMPTZ, verdict VARCHAR,
     onset_step BIGINT, result JSON);
@@ -143,7 +144,22 @@ class Store:
         if version is None:
             con.execute(_SCHEMA)
             self._init_meta(con)
+        elif version[0] != str(SCHEMA_VERSION):
+            self._migrate(con, version[0])
         return con
+
+    def _migrate(self, con, version: str) -> None:
+        """Bring a store of an older schema up to this one, in place (one transaction)."""
+        if version != "1":
+            con.close()
+            raise InputError(f"{self.path}: run database of schema {version}, this moeproxy knows up to "
+                             f"{SCHEMA_VERSION}; upgrade moeproxy or use another --db")
+        con.execute("BEGIN TRANSACTION")
+        con.execute("ALTER TABLE sources ADD COLUMN IF NOT EXISTS bytes BIGINT")
+        con.execute("ALTER TABLE scalars ALTER attempt SET DATA TYPE INTEGER")
+        con.execute("ALTER TABLE routing ALTER attempt SET DATA TYPE INTEGER")
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+        con.execute("COMMIT")
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -225,7 +241,7 @@ class Store:
             run_id = self._run_id(con, run)
             info["sources"] = con.execute(
                 "SELECT path, sha256, format, framework, rows, steps, metrics, nonfinite, attempts, skipped_lines, "
-                "step_from_index, ingested_at FROM sources WHERE run_id = ? ORDER BY source_id", [run_id]
+                "step_from_index, ingested_at, bytes FROM sources WHERE run_id = ? ORDER BY source_id", [run_id]
             ).df().to_dict("records")
             meta = _first(con.execute("SELECT meta FROM runs WHERE run_id = ?", [run_id]))[0]
         info["meta"] = json.loads(meta) if meta else {}
@@ -438,6 +454,8 @@ class Transaction:
         latest = _first(self.con.execute("SELECT max(attempt) FROM scalars WHERE run_id = ?", [run_id]))[0]
         if latest is None:
             return 0
+        if int(latest) + 1 + int(frame["attempt"].max()) > ATTEMPT_MAX:
+            raise InputError(f"run already holds {int(latest) + 1:,} attempts (restarts); more do not fit the store")
         keys = pa.table({
             "metric": _metric_array(frame["metric"]),
             "rank": pa.array(frame["rank"].to_numpy()),
@@ -456,10 +474,12 @@ class Transaction:
     def add_source(self, run_id: int, summary: dict) -> int:
         source_id = _first(self.con.execute("SELECT nextval('source_id_seq')"))[0]
         self.con.execute(
-            "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO sources (source_id, run_id, path, sha256, format, framework, rows, steps, metrics, nonfinite, "
+            "attempts, skipped_lines, step_from_index, ingested_at, bytes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [source_id, run_id, summary["path"], summary["sha256"], summary["format"], summary["framework"],
              summary["rows"], summary["steps"], summary["metrics"], summary["nonfinite"], summary["attempts"],
-             summary["skipped_lines"], summary["step_from_index"], _now()],
+             summary["skipped_lines"], summary["step_from_index"], _now(), summary.get("bytes")],
         )
         return source_id
 
@@ -496,7 +516,7 @@ class Transaction:
         # case) goes in as a constant instead of being reordered and copied row by row
         select = {"run_id": "$run_id", "source_id": "$source_id"}
         params = {"run_id": run_id, "source_id": source_id}
-        for name, dtype, sql_type in (("attempt", np.int16, "SMALLINT"), ("rank", np.int32, "INTEGER"),
+        for name, dtype, sql_type in (("attempt", np.int32, "INTEGER"), ("rank", np.int32, "INTEGER"),
                                       ("wall_time", np.float64, "DOUBLE")):
             values = frame[name].to_numpy(dtype)
             first = values[0]
@@ -525,7 +545,7 @@ class Transaction:
             "layer": pa.array(frame["layer"].to_numpy(np.int32)),
             "expert": pa.array(frame["expert"].to_numpy(np.int32)),
             "load": pa.array(frame["load"].to_numpy(np.float64)),
-            "attempt": pa.array(frame["attempt"].to_numpy(np.int16)),
+            "attempt": pa.array(frame["attempt"].to_numpy(np.int32)),
             "source_id": pa.array(np.full(n, source_id, np.int32)),
         })
         self.con.register("new_routing", table)

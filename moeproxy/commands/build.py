@@ -56,7 +56,11 @@ def run(args) -> int:
         if done >= total:
             bar.close()
 
-    report = build_proxy(spec, progress=progress)
+    try:
+        report = build_proxy(spec, progress=progress)
+    except OSError as exc:  # disk full, permission denied mid-build: one line, the partial folder is gone
+        where = f": {exc.filename}" if exc.filename else ""
+        raise InputError(f"{exc.strerror or exc}{where}") from None
     verify = report.get("verify", {})
     if args.json:
         print(json.dumps(report, indent=2))

@@ -34,10 +34,13 @@ def run(args) -> int:
     # parse overlaps those imports
     summaries = ingest_paths(partial(open_store, args), args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
                              fmt=args.fmt, progress=progress_printer())
+    # every file of a directory that was not ingested is named, with its reason, in both forms
     if args.json:
-        print(json.dumps([s.to_dict() for s in summaries], indent=2))
+        print(json.dumps([s.to_dict() for s in summaries] + [f.to_dict() for f in summaries.skipped], indent=2))
     else:
         for s in summaries:
             print(s.line())
+        for f in summaries.skipped:
+            print(f.line())
         print(f"database: {open_store(args).label}")
     return 0

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from moeproxy.diagnose.confidence import assess
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import all_detectors
 from moeproxy.diagnose.series import RunSeries
@@ -32,7 +33,8 @@ def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
         findings.extend(registry[name].detect(run, config))
     findings = promote_damaging_spikes(findings, run.span, config.tie_fraction)
     verdict, onset = choose_verdict(findings, run.span, config.tie_fraction)
-    return {"verdict": verdict, "onset_step": onset,
+    confidence, why = assess(run, verdict, onset, findings)
+    return {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,
             "findings": [f.to_dict() for f in order_findings(findings, verdict)]}
 
 

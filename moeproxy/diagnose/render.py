@@ -16,6 +16,12 @@ def render_text(result: dict, run: str | None = None) -> str:
         lines = [f"{head}healthy: no critical finding"]
     else:
         lines = [f"{head}{verdict} from step {onset}"]
+    if result.get("confidence"):
+        lines[0] += f" (confidence {result['confidence']}: {result.get('confidence_reason', '')})".replace(": )", ")")
+    others = {n: r for n, r in result.get("runs", {}).items() if n != result.get("run")}
+    for name, r in others.items():
+        where = "" if r["onset_step"] is None else f" from step {r['onset_step']}"
+        lines.append(f"  also in this file: {name}: {r['verdict']}{where} (confidence {r.get('confidence')})")
     findings = result.get("findings", [])
     if findings:
         lines.append("")

@@ -9,7 +9,7 @@ whose sha256 is already stored is reported as a duplicate and adds nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -42,9 +42,11 @@ class IngestSummary:
     step_from_index: bool
     duplicate: bool = False
     duplicate_of: str | None = None
+    bytes: int = 0  # how far the bytes parsed (and hashed) go; a growing file's later lines are not read
+    warnings: list[str] = field(default_factory=list)  # records dropped, each named with its line or offset
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"skipped": False}
 
     def line(self) -> str:
         if self.duplicate:
@@ -58,7 +60,30 @@ class IngestSummary:
             parts.append(f"{self.skipped_lines} non-metric lines skipped")
         if self.step_from_index:
             parts.append("no step counter: record index used as step")
-        return ", ".join(parts)
+        return "\n".join([", ".join(parts)] + [f"  warning: {w}" for w in self.warnings])
+
+
+@dataclass
+class SkippedFile:
+    """A member of a directory that was not ingested, and why (the parser's one-line error)."""
+
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "skipped": True, "reason": self.reason}
+
+    def line(self) -> str:
+        return f"skipped {self.reason}"
+
+
+class IngestResult(list):
+    """The summaries of an ingest (a list, one per stored run or duplicate), and ``skipped``: every
+    file of a directory that was not ingested, named with its reason."""
+
+    def __init__(self, summaries=(), skipped=()) -> None:
+        super().__init__(summaries)
+        self.skipped: list[SkippedFile] = list(skipped)
 
 
 def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
@@ -67,8 +92,17 @@ def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
         parsed = log_format.parse(src)
     except StepOutOfRange as exc:
         raise InputError(f"{src.path}: {exc}") from None
+    except RecursionError:  # a parser's own recursion on hostile nesting: one line, not a traceback
+        raise InputError(f"{src.path}: nested too deeply to read") from None
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # a counter of more than 4,300 digits
+            raise InputError(f"{src.path}: a number of more than 4,300 digits; not a training log value") from None
+        raise
     if parsed.frame.empty:
         raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
+    parsed.sha256 = src.checked_sha256()  # exactly the bytes parsed, however the parser read them
+    parsed.bytes_parsed = src.end
+    parsed.warnings = list(src.warnings) + parsed.warnings
     return parsed
 
 
@@ -78,7 +112,8 @@ def expand_paths(paths: Iterable[str | Path]) -> list[tuple[Path, Path]]:
     for given in paths:
         p = Path(given)
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            # not only regular files: a FIFO, socket or broken link is named as skipped, never opened
+            files = sorted(f for f in p.rglob("*") if not f.is_dir() and not any(part.startswith(".") for part in f.relative_to(p).parts))
             if not files:
                 raise InputError(f"{p}: directory holds no files")
             out.extend((f, p) for f in files)
@@ -118,29 +153,33 @@ def _summary(parsed: ParsedLog, run: str, frame=None) -> IngestSummary:
         steps=int(frame["step"].nunique()), metrics=int(frame["metric"].nunique()), rows=len(frame),
         nonfinite=int((~np.isfinite(values)).sum()), attempts=int(frame["attempt"].nunique()),
         skipped_lines=parsed.skipped_lines, step_from_index=parsed.step_from_index,
+        bytes=parsed.bytes_parsed, warnings=[f"{parsed.path}: {w}" for w in parsed.warnings],
     )
 
 
 def ingest_paths(store, paths, run: str | None = None, role: str = "other", proxy_of: str | None = None,
-                 fmt: str = "auto", progress: Callable[[str], None] | None = None) -> list[IngestSummary]:
+                 fmt: str = "auto", progress: Callable[[str], None] | None = None) -> IngestResult:
     """Parse all files, then store them in one transaction. Raises InputError before writing
     anything when any file is unreadable, unrecognised or malformed. ``store`` is a ``Store`` or
-    a zero-argument callable returning one (opened only after every file parsed)."""
+    a zero-argument callable returning one (opened only after every file parsed). Inside a
+    directory, a file that is not a readable log is skipped and named in ``result.skipped``."""
     from moeproxy.contracts import ROLES
 
     if role not in ROLES:
         raise InputError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
     files = expand_paths(paths)
     parsed_all: list[tuple[ParsedLog, str]] = []
+    skipped: list[SkippedFile] = []
     for path, given in files:
         if progress:
             progress(f"parsing {path}")
         try:
             parsed = parse_file(path, fmt)
-        except InputError:
-            if given.is_dir() and given != path:  # inside a directory, skip what is not a log
+        except InputError as exc:
+            if given.is_dir() and given != path:  # inside a directory, skip what is not a log, and say so
+                skipped.append(SkippedFile(str(path), str(exc)))
                 if progress:
-                    progress(f"skipped {path}: not a recognised log")
+                    progress(skipped[-1].line())
                 continue
             raise
         parsed_all.append((parsed, run or default_run_name(path, given)))
@@ -149,7 +188,7 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
 
     if callable(store):  # a factory: the store (duckdb, pandas) is only opened once every file parsed
         store = store()
-    summaries: list[IngestSummary] = []
+    summaries = IngestResult(skipped=skipped)
     with store.write() as tx:
         seen_in_batch: dict[str, str] = {}
         for parsed, base_name in parsed_all:

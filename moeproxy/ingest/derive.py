@@ -44,7 +44,7 @@ def _rows(template: pd.DataFrame, metric: str, step, value, attempt) -> pd.DataF
     n = len(step)
     return pd.DataFrame({
         "step": np.asarray(step, np.int64), "metric": [metric] * n, "value": np.asarray(value, np.float64),
-        "attempt": np.asarray(attempt, np.int16), "rank": np.full(n, -1, np.int32),
+        "attempt": np.asarray(attempt, np.int32), "rank": np.full(n, -1, np.int32),
         "wall_time": np.full(n, np.nan),
     })
 

@@ -82,8 +82,9 @@ def _json_lines(src: SourceFile):
             else:
                 state["skipped"] += 1
         if bad is not None:
-            if not src.ends_with_newline:
-                raise InputError(f"{src.path}: line {bad[0]}: truncated last line (incomplete JSON record)")
+            if not src.ends_with_newline:  # the last line, still being written or cut: dropped and named
+                src.reject_tail(bad[0], "an incomplete JSON record")
+                return
             raise InputError(f"{src.path}: line {bad[0]}: malformed JSON ({bad[1]})")
 
     return gen(), state

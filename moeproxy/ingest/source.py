@@ -274,6 +274,14 @@ class SourceFile:
                              f"line skipped (bytes {lines_end}-{self.size})")
         return None
 
+    def reject_tail(self, lineno: int, reason: str) -> None:
+        """A parser found the kept unterminated last line incomplete by its format's rules (a JSON
+        object not closed): it is dropped and named like any other incomplete last line."""
+        self.parsed_end = self._lines_end()
+        self._tail_bytes = b""
+        self.warnings.append(f"line {lineno}: no newline at the end of the file, {reason}: line skipped "
+                             f"(bytes {self.parsed_end}-{self.size})")
+
     def _count_newlines(self, stop: int) -> int:
         n = 0
         nl = b"\n\x00" if self.encoding == "utf-16" and self.head.startswith(codecs.BOM_UTF16_LE) else (

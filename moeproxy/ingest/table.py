@@ -193,7 +193,7 @@ class LogTable:
         """
         steps = self._step_array()
         ranks = np.asarray(self._ranks, dtype=np.int64)
-        attempt_of = np.zeros(len(steps), dtype=np.int16)
+        attempt_of = np.zeros(len(steps), dtype=np.int32)
         offsets = None
 
         def record_values(i: int) -> dict[int, float]:

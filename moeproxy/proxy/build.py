@@ -1,17 +1,22 @@
 """Build a proxy checkpoint: cluster each MoE layer's experts, keep one per cluster, stream the rest.
 
 ``build_proxy(BuildSpec)`` runs, in order:
-1. checks (nothing written yet): the family is supported, the kept count satisfies the routing and
-   expert-parallel rules, the installed transformers instantiates the proxy config on meta, OUT
-   does not exist;
+1. checks (nothing written yet): OUT does not exist and its parent can be created and written;
+   config.json, the index and every shard's safetensors header are valid (``checkpoint.open_checkpoint``:
+   offsets in range and contiguous, dtype and shape matching the byte length, shard names plain
+   file names), every file read is a regular file (inside ``allowed_roots`` when given); the family
+   is supported, the kept count satisfies the routing and expert-parallel rules, the installed
+   transformers instantiates the proxy config on meta;
 2. per MoE layer: expert signatures (``features.FEATURE_METHODS[method]``), clustering and the kept
    representatives (``cluster.choose_kept_experts``), with the same E' in every layer;
-3. streaming: every shard is rewritten into a temporary directory next to OUT, byte ranges only
+3. streaming: every shard is rewritten into ``.OUT.partial-PID`` next to OUT, byte ranges only
    (``checkpoint.write_shard``): backbone tensors copied unchanged, kept experts renumbered 0..E'-1,
    router rows and biases sliced; config.json is the original dict with only the expert-count
    (and top-k) fields changed; other files (tokenizer, generation config, code) are copied;
-4. the temporary directory is renamed to OUT (an interrupted build leaves no OUT), the proxy is
-   verified (``verify.verify_proxy``) and ``OUT/proxy_report.json`` written.
+4. the proxy is verified in the partial folder (``verify.verify_proxy``), ``proxy_report.json``
+   written there, and the folder renamed to OUT last: an interrupted or killed build leaves no OUT.
+   Partial folders of dead processes (a build killed with SIGKILL) are removed when a build of the
+   same OUT starts.
 Progress goes to an optional callback ``progress(stage, done, total, message)``.
 """
 
@@ -54,6 +59,7 @@ class BuildSpec(BaseModel):
     seed: int = 0
     ep_size: int = Field(default=1, ge=1)
     verify: bool = True
+    allowed_roots: list[Path] | None = None  # when set, every file read must resolve inside one of them
     progress: Any = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
@@ -71,16 +77,94 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _copy_side_files(src: Path, dst: Path, shards: set[str]) -> list[str]:
-    copied = []
+def _side_files(src: Path, shards: set[str], inside) -> list[Path]:
+    """Files copied beside the shards (tokenizer, generation config, code); each must be a regular file."""
+    import stat
+
+    files = []
     for item in sorted(src.iterdir()):
-        if item.is_dir() or item.name in shards or item.name in ("config.json", INDEX_NAME, REPORT_NAME):
+        if item.name in shards or item.name in ("config.json", INDEX_NAME, REPORT_NAME):
             continue
         if item.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf"):
             continue  # other weight files are not part of the proxy
-        shutil.copy2(item, dst / item.name)
-        copied.append(item.name)
-    return copied
+        try:
+            mode = item.stat().st_mode
+        except OSError as exc:
+            raise InputError(f"{item}: {exc.strerror or exc} (a file of the checkpoint directory)") from None
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{item}: not a regular file (FIFO, device or socket); remove it from the checkpoint")
+        inside(item, "checkpoint file")
+        files.append(item)
+    return files
+
+
+def _copy_side_files(files: list[Path], dst: Path) -> list[str]:
+    from moeproxy.proxy.checkpoint import open_regular
+
+    for item in files:
+        with open_regular(item, "checkpoint file") as fh, open(dst / item.name, "wb") as out:
+            shutil.copyfileobj(fh, out)
+        shutil.copystat(item, dst / item.name)
+    return [item.name for item in files]
+
+
+def _partial_dir(out: Path, pid: int) -> Path:
+    return out.parent / f".{out.name}.partial-{pid}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_partials(out: Path) -> list[Path]:
+    """Remove ``.OUT.partial-PID`` folders whose process is gone (a build killed with SIGKILL)."""
+    removed = []
+    prefix = f".{out.name}.partial-"
+    try:
+        entries = list(out.parent.iterdir()) if out.parent.is_dir() else []
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = entry.name[len(prefix):]
+        if entry.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def check_output(out: Path) -> None:
+    """OUT must not exist and its nearest existing ancestor must be a writable directory (checked
+    before any work, so a read-only destination fails in milliseconds, not after clustering)."""
+    shown = str(out) if len(str(out)) <= 200 else str(out)[:197] + "..."
+    try:
+        if out.exists() or out.is_symlink():
+            raise InputError(f"{out}: already exists; choose a new output directory")
+        ancestor = out.absolute().parent
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+    except (OSError, ValueError) as exc:
+        raise InputError(f"output directory {shown}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not ancestor.is_dir():
+        raise InputError(f"output directory {shown}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"output directory {shown}: {ancestor} is not writable")
+
+
+def _inside_roots(roots: list[Path] | None):
+    """A check ``(path, what) -> path`` that every file read lies inside ``roots`` (no-op without roots)."""
+    if not roots:
+        return lambda path, what: path
+    from moeproxy.allowed_paths import resolve_inside_roots
+
+    return lambda path, what: resolve_inside_roots(path, what, roots)
 
 
 def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
@@ -98,10 +182,12 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     report_progress = progress or spec.progress or (lambda *a: None)
     started = time.time()
     src, out = Path(spec.src), Path(spec.out)
-    if out.exists():
-        raise InputError(f"{out}: already exists; choose a new output directory")
-    # 1. checks before writing anything
-    ckpt = open_checkpoint(src)
+    # 1. checks before writing anything: the destination first, then every input file
+    check_output(out)
+    remove_stale_partials(out)
+    inside = _inside_roots(spec.allowed_roots)
+    ckpt = open_checkpoint(src, inside=inside)
+    side_files = _side_files(src, set(ckpt.shards), inside)
     adapter = adapter_for(ckpt.config, str(src / "config.json"))
     shape = adapter.routing_shape(ckpt.config)
     kept_count = resolve_kept_count(shape, spec.keep_ratio, spec.keep_experts, spec.top_k, spec.ep_size)
@@ -110,9 +196,12 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     try:
         instantiate_on_meta(new_config)
     except Exception as exc:
+        reason = " ".join(str(exc).split())  # one line: pydantic and transformers errors span several
         raise InputError(f"the installed transformers cannot instantiate the proxy config "
-                         f"({kept_count} experts, top-k {k_proxy}): {exc}") from exc
+                         f"({kept_count} experts, top-k {k_proxy}): {type(exc).__name__}: {reason[:300]}") from exc
     layout = find_layout(ckpt, adapter)
+    if spec.calibration is not None:
+        inside(Path(spec.calibration), "calibration file")
     device = resolve_device(spec.device)
 
     # 2. features, clusters, kept experts per layer
@@ -132,8 +221,8 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
         report_progress("cluster", done, total_layers, f"layer {layer.layer}")
     t_cluster = time.time() - t_cluster
 
-    # 3. stream the shards into a temporary directory
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    # 3. stream the shards into the partial folder; 4. verify there; rename to OUT last
+    tmp = _partial_dir(out, os.getpid())
     if tmp.exists():
         shutil.rmtree(tmp)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +266,7 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
             index = {"metadata": meta, "weight_map": dict(sorted(weight_map.items()))}
             (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(new_config, indent=2) + "\n")
-        side_files = _copy_side_files(src, tmp, set(ckpt.shards))
+        side_files = _copy_side_files(side_files, tmp)
         t_write = time.time() - t_write
         plan = _plan_or_none(plan_proxy, ckpt.config, kept_count, spec)
         report = {
@@ -206,31 +295,30 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
             "plan": plan,
             "seconds": {"cluster": round(t_cluster, 3), "write": round(t_write, 3)},
         }
+        if spec.verify:
+            steps = 2 * int(ckpt.config.get("num_hidden_layers") or len(kept))
+            report_progress("verify", 0, steps, "masked full model, then proxy, layer by layer")
+            t_verify = time.time()
+            report["verify"] = verify_proxy(
+                ckpt, open_checkpoint(tmp), adapter, kept, top_k=k_proxy if spec.top_k == "scale" else None,
+                device=device, seed=spec.seed,
+                progress=lambda done, total, message: report_progress("verify", min(done, total - 1), total, message))
+            report["seconds"]["verify"] = round(time.time() - t_verify, 3)
+            report_progress("verify", steps, steps, "passed" if report["verify"]["passed"] else "FAILED")
+        else:
+            report["verify"] = {"skipped": "--no-verify"}
+        report["seconds"]["total"] = round(time.time() - started, 3)
+        report["peak_rss_bytes"] = _peak_rss_bytes()
+        from moeproxy.devices import peak_accelerator_bytes
+
+        report["peak_accelerator_bytes"] = peak_accelerator_bytes(device)
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
-        os.replace(tmp, out)
+        if out.exists() or out.is_symlink():
+            raise InputError(f"{out}: was created by someone else during the build; the proxy was not written")
+        os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-    # 4. verify the written proxy, then finish the report
-    if spec.verify:
-        steps = 2 * int(ckpt.config.get("num_hidden_layers") or len(kept))
-        report_progress("verify", 0, steps, "masked full model, then proxy, layer by layer")
-        t_verify = time.time()
-        report["verify"] = verify_proxy(ckpt, open_checkpoint(out), adapter, kept,
-                                        top_k=k_proxy if spec.top_k == "scale" else None, device=device, seed=spec.seed,
-                                        progress=lambda done, total, message: report_progress("verify", min(done, total - 1),
-                                                                                             total, message))
-        report["seconds"]["verify"] = round(time.time() - t_verify, 3)
-        report_progress("verify", steps, steps, "passed" if report["verify"]["passed"] else "FAILED")
-    else:
-        report["verify"] = {"skipped": "--no-verify"}
-    report["seconds"]["total"] = round(time.time() - started, 3)
-    report["peak_rss_bytes"] = _peak_rss_bytes()
-    from moeproxy.devices import peak_accelerator_bytes
-
-    report["peak_accelerator_bytes"] = peak_accelerator_bytes(device)
-    (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 

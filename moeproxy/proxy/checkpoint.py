@@ -134,8 +134,8 @@ def _tensor_ref(path: Path, name: str, info, base: int) -> TensorRef:
         raise InputError(f"{where}: data_offsets {_shown(offsets)} is not [begin, end] with 0 <= begin <= end")
     bits = math.prod(shape) * DTYPE_BITS[dtype]
     if bits != (offsets[1] - offsets[0]) * 8:
-        raise InputError(f"{where}: {dtype} shape {_shown(shape)} needs {_shown(bits / 8)} bytes, "
-                         f"data_offsets hold {_shown(offsets[1] - offsets[0])}")
+        raise InputError(f"{where}: {dtype} shape {_shown(shape)} needs {_shown(bits / 8 if bits % 8 else bits // 8)} "
+                         f"bytes, data_offsets hold {_shown(offsets[1] - offsets[0])}")
     return TensorRef(name, Path(path), dtype, tuple(shape), base + offsets[0], base + offsets[1])
 
 

@@ -1,0 +1,50 @@
+"""How sure a diagnosis is: ``high``, ``medium`` or ``low``, with the reason in one phrase.
+
+The verdict rules fire on what a log shows; how much a log shows varies from a 200,000-iteration
+Megatron file to eight records pasted in an issue. Confidence is low when the run is short (few
+records to judge noise against), when the failure starts at the first record (no healthy stretch to
+compare with), or when a healthy verdict was reached without the metrics that would show the
+usual failures (neither loss nor grad norm nor an RL signal). It is high for a decisive signal
+(non-finite values, an overflow storm, a blow-up of two orders of magnitude) or for a long run
+whose verdict several findings agree on.
+"""
+
+from __future__ import annotations
+
+from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, Finding
+
+SHORT_RUN = 10        # records: fewer, and noise bands and onsets rest on a handful of points
+LONG_RUN = 30         # records: enough history for every rule's baseline
+DECISIVE_RULES = frozenset({"nonfinite_value", "overflow_storm", "huge_spike", "loss_scale_min",
+                            "saturated_value", "rise_over_best", "length_runaway"})
+CORE_SIGNALS = ("loss", "grad_norm", "reward_mean", "policy_entropy", "logprob_diff_mean")
+
+
+def records(run: RunSeries) -> int:
+    """Logged records of the run's best-covered core signal (any metric when none is logged)."""
+    counts = [len(found[1]) for name in CORE_SIGNALS if (found := run.resolve(name)) is not None]
+    if not counts:
+        counts = [len(run.get(n)) for n in run.names] or [0]
+    return max(counts)
+
+
+def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Finding]) -> tuple[str, str]:
+    """(confidence, why)."""
+    n = records(run)
+    if verdict == HEALTHY:
+        if not any(run.resolve(name) is not None for name in CORE_SIGNALS):
+            return "low", "no loss, grad norm, reward, entropy or mismatch metric is logged"
+        if n < SHORT_RUN:
+            return "low", f"only {n} records"
+        return ("high", f"{n} records of the core metrics") if n >= LONG_RUN else ("medium", f"{n} records")
+    cause = [f for f in findings if f.severity == CRITICAL and f.category == verdict and f.onset_step == onset]
+    decisive = any(f.rule in DECISIVE_RULES for f in cause)
+    agreeing = sum(1 for f in findings if f.severity == CRITICAL and f.category == verdict)
+    if onset is not None and onset <= run.first_step and not decisive:
+        return "low", "the failure shows from the first record: no healthy stretch to compare with"
+    if n < SHORT_RUN:
+        return ("medium", f"a decisive signal in only {n} records") if decisive else ("low", f"only {n} records")
+    if decisive or (n >= LONG_RUN and agreeing >= 2):
+        return "high", "a decisive signal" if decisive else f"{agreeing} findings agree over {n} records"
+    return "medium", f"{n} records, one rule"
