@@ -39,8 +39,6 @@ BAD_FILES: dict[str, tuple[str, str | bytes | None, str]] = {
     "binary": ("blob.bin", bytes(range(256)) * 40, "binary file"),
     "encoding": ("latin1.log", "step:1 - actor/grad_norm:0.5 - note:caf\xe9\n".encode("latin-1") * 3, "not UTF-8"),
     "unrecognised": ("notes.txt", "This run was fine.\nNothing to see here.\n", "not a training log format"),
-    "truncated": ("cut.jsonl", '{"step": 1, "data": {"actor/grad_norm": 0.5}}\n{"step": 2, "data": {"actor/gr',
-                  "line 2: truncated last line"),
     "malformed": ("bad.jsonl",
                   '{"step": 1, "data": {"a": 0.5}}\n{"step": 2, "data": {"a": 0.5,,}}\n{"step": 3, "data": {"a": 1}}\n',
                   "line 2: malformed JSON"),
