@@ -1,7 +1,10 @@
 """Evaluate moeproxy.diagnose on the labelled evaluation set and print the full confusion matrix,
 per-category precision/recall, onset errors (share of each run's step range) and timing.
 
-    python bench/diagnose_eval.py [--seed 7] [--per-kind 6] [--formats] [--long 100000]
+    python bench/diagnose_eval.py [--seed 7] [--per-kind 6] [--formats] [--real] [--long 100000]
+
+``--real`` also scores the labelled real public logs (bench/real_logs.py): the shared development
+set and the collected set, each whole and in two fixed halves.
 
 ``--formats`` also writes every run in its real framework formats, ingests each file into an
 in-memory store and diagnoses the stored run (the path `moeproxy diagnose FILE` takes).
@@ -76,6 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--per-kind", type=int, default=6)
     ap.add_argument("--formats", action="store_true")
+    ap.add_argument("--real", action="store_true",
+                    help="also score the real public logs of tests/fixtures/real (shared set, collected set, halves)")
     ap.add_argument("--long", type=int, default=0, metavar="STEPS",
                     help="also time one run of STEPS records x 6 metrics with a blow-up at 70%%")
     args = ap.parse_args(argv)
@@ -108,6 +113,16 @@ def main(argv=None) -> int:
                     res = diagnose_frame(store.run_frame("run"))
                     cases.append((f"{r.name}/{fmt}", r.label, r.onset, r.span, res["verdict"], res["onset_step"]))
         print_report("same runs written in framework formats, ingested, diagnosed", cases, time.perf_counter() - t0)
+    if args.real:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from real_logs import half_of, report
+        from real_logs import evaluate as evaluate_real
+
+        for folder in ("shared", "collected"):
+            real = evaluate_real(ROOT / "tests" / "fixtures" / "real" / folder)
+            report(f"real logs: {folder} set", real)
+            for half in (0, 1):
+                report(f"real logs: {folder} set, half {half}", [c for c in real if half_of(c.file) == half])
     if args.long:
         time_long_run(args.long)
     return 0
