@@ -144,6 +144,8 @@ def check_output(out: Path) -> None:
     """OUT must not exist and its nearest existing ancestor must be a writable directory (checked
     before any work, so a read-only destination fails in milliseconds, not after clustering)."""
     shown = str(out) if len(str(out)) <= 200 else str(out)[:197] + "..."
+    if "\0" in str(out):
+        raise InputError(f"output directory {shown!r}: contains a NUL byte")
     try:
         if out.exists() or out.is_symlink():
             raise InputError(f"{out}: already exists; choose a new output directory")
