@@ -37,8 +37,19 @@ HEAD_ARMS = re.compile(r"^(.*?)\s*\b(\w{1,12})\s*/\s*(\w{1,12})$")
 MAX_COLUMNS = 512
 
 
+EMPHASIS = re.compile(r"^(\*\*|__|\*|_|`)(.*)\1$")
+OPEN_STEP = re.compile(r"^(\d+)\+$")  # ``91+``: this step and the ones after it
+
+
 def _value(cell: str) -> float | None | str:
-    """A number, None for an empty/placeholder cell, or the text (not a number)."""
+    """A number, None for an empty/placeholder cell, or the text (not a number). Markdown emphasis
+    around a cell (``**NaN**``) is not part of it."""
+    m = EMPHASIS.match(cell.strip())
+    if m:
+        cell = m.group(2)
+    m = OPEN_STEP.match(cell.strip())
+    if m:
+        return float(m.group(1))
     c = cell.strip().replace(",", "") if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", cell.strip()) else cell.strip()
     if c in ("", "-", "—", "n/a", "N/A"):
         return None

@@ -39,6 +39,11 @@ def is_numeric_health_key(name: str) -> bool:
             or low in ("policy_entropy", "kl", "ppo_kl"))
 
 
+# fp16 scalers begin their start-up search high: 2^16 (DeepSpeed's initial_scale_power default),
+# 2^32 (Megatron), 2^16 (torch GradScaler); a run first seen halving from 64 is already in trouble.
+STARTUP_MIN_SCALE = 2.0 ** 10
+
+
 def startup_end_step(run: RunSeries) -> int | None:
     """Last step of the fp16 loss-scale search at start-up, or None (bf16 / no scaler logged)."""
     found = run.resolve("loss_scale")
@@ -50,6 +55,8 @@ def startup_end_step(run: RunSeries) -> int | None:
     skipped_found = run.resolve("skipped_iters")
     skipped = skipped_found[1] if skipped_found else None
     values, steps = scale.to_numpy(), scale.index.to_numpy()
+    if values[0] < STARTUP_MIN_SCALE:
+        return None  # halvings that start from a small scale are overflows, not the initial search
     end = None
     for i in range(len(values)):
         decreased = i > 0 and values[i] < values[i - 1]
@@ -154,6 +161,9 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             grad_key = "grad" in name.lower()
             sev = WARNING if (fp16 and grad_key and isolated) else CRITICAL
             note = " (an isolated skipped fp16 step)" if sev == WARNING else ""
+            if sev == CRITICAL and grad_key and not fp16 and _skipped_steps(vals, run):
+                sev, note = WARNING, (" (each followed by a finite record, the loss finite throughout: "
+                                      "steps skipped by dynamic loss scaling, not applied)")
             before = _median_before(series, step)
             lead = (f"{name} went from a median of {fmt(before)} to {fmt(vals[j])} at step {step}"
                     if np.isfinite(before) else f"{name} is {fmt(vals[j])} from its first record (step {step})")
@@ -209,6 +219,20 @@ def _storm_findings(run: RunSeries, start_end: int | None) -> list[Finding]:
                                 f"to {int(steps[j])} were skipped for overflow (after the start-up search)")]
             k = j + 1
     return []
+
+
+SKIPPED_SHARE = 0.25  # non-finite grad norms on more records than this are no longer occasional
+
+
+def _skipped_steps(grad: np.ndarray, run: RunSeries) -> bool:
+    """Scattered non-finite grad norms that the loss never follows: each is followed by a finite
+    record and the loss stays finite, so the updates were skipped (fp16 AMP's GradScaler, or a
+    trainer that drops non-finite steps), not applied."""
+    bad = ~np.isfinite(grad)
+    if not bad.any() or bad[-1] or bad.mean() > SKIPPED_SHARE or (bad[:-1] & bad[1:]).any():
+        return False
+    loss = run.resolve("loss")
+    return loss is not None and bool(np.isfinite(loss[1].to_numpy()).all())
 
 
 def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Finding]:

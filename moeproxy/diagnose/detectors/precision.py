@@ -35,7 +35,12 @@ def _rising_gap(name: str, series, cfg: DiagnoseConfig, limit: float, rule: str)
     shift = sustained_shift(s, +1, factor=cfg.logprob_diff_growth, z=cfg.robust_z,
                             min_history=cfg.min_history)
     if shift is not None and shift.peak > limit:
-        return Finding(PRECISION_MISMATCH, shift.onset_step, CRITICAL, name, rule,
+        # the engines' disagreement is a property of their kernels and dtypes: it stays. A gap that
+        # rises and comes back by itself went with a passing change of the policy (degenerate
+        # outputs for a few steps): a warning
+        severity = WARNING if shift.recovered else CRITICAL
+        return Finding(PRECISION_MISMATCH, shift.onset_step, severity, name,
+                       rule if not shift.recovered else rule + "_transient",
                        f"{name} rose from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
                        f"(limit {fmt(limit)}) from step {shift.onset_step}, peak at step "
                        f"{shift.peak_step}")
