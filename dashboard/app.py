@@ -18,6 +18,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `dashboard` and `moeproxy` from a clone
 
 from dashboard import queries  # noqa: E402
+from dashboard.safe_text import md_code, md_text  # noqa: E402
 from moeproxy.errors import MoeproxyError  # noqa: E402
 
 st.set_page_config(page_title="moeproxy", page_icon=":material/troubleshoot:", layout="wide")
@@ -51,7 +52,7 @@ PAGES = [
 ]
 page = st.navigation(PAGES)
 with st.sidebar:
-    st.caption(f"Store: `{queries.db_path()}`")
+    st.caption(f"Store: {md_code(queries.db_path())}")
     if demo_note.startswith(("loaded", "demo data not loaded")):
-        st.caption(demo_note)
+        st.caption(md_text(demo_note))
 page.run()

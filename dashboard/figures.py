@@ -38,7 +38,11 @@ def verdict_badge(verdict: str | None) -> str:
     """Streamlit markdown for a coloured verdict badge (also readable as plain text)."""
     if not verdict:
         return ":gray-badge[not diagnosed]"
-    return f":{VERDICT_COLOURS.get(verdict, 'blue')}-badge[{verdict}]"
+    if verdict not in VERDICT_COLOURS:  # not one of ours: shown as typed, never as Markdown
+        from dashboard.safe_text import md_text
+
+        return f":blue-badge[{md_text(verdict, limit=100)}]"
+    return f":{VERDICT_COLOURS[verdict]}-badge[{verdict}]"
 
 
 def ema_debiased(steps: np.ndarray, values: np.ndarray, beta: float) -> np.ndarray:

@@ -35,7 +35,7 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from moeproxy.errors import InputError, NotFound
+from moeproxy.errors import InputError, MoeproxyError, NotFound
 
 JOBS_ENV = "MOEPROXY_JOBS"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "lost")
@@ -59,16 +59,24 @@ class BuildJobParams(BaseModel):
     top_k: Literal["keep", "scale"] = "keep"
     seed: int = 0
     verify: bool = True
+    allowed_roots: list[Path] | None = None  # the dashboard's roots: every file the build reads must be inside
 
     @field_validator("src")
     @classmethod
     def _absolute(cls, src: Path) -> Path:
-        return src.expanduser().resolve()
+        try:
+            return src.expanduser().resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
+            raise ValueError(f"cannot resolve the checkpoint path: {exc}") from None
 
     @model_validator(mode="after")
     def _checks(self):
         if (self.keep_ratio is None) == (self.keep_experts is None):
             raise ValueError("give exactly one of keep_ratio or keep_experts")
+        if self.allowed_roots is not None:
+            roots = [Path(r).resolve() for r in self.allowed_roots]
+            if not any(self.src == r or self.src.is_relative_to(r) for r in roots):
+                raise ValueError(f"{self.src}: outside the allowed roots")
         if not self.src.is_dir():
             raise ValueError(f"{self.src}: not a checkpoint directory")
         if not (self.src / "config.json").is_file():
@@ -283,7 +291,7 @@ def _run_build(job_dir: Path, spec: JobSpec, progress: Callable[[str, int, int, 
 
     p = spec.params
     build = BuildSpec(src=p.src, out=job_dir / "proxy", keep_ratio=p.keep_ratio, keep_experts=p.keep_experts,
-                      top_k=p.top_k, device=spec.device, seed=p.seed, verify=p.verify)
+                      top_k=p.top_k, device=spec.device, seed=p.seed, verify=p.verify, allowed_roots=p.allowed_roots)
     print(f"building proxy of {p.src} on {spec.device} into {build.out}", flush=True)
     report = build_proxy(build, progress=progress)
     verify = report.get("verify", {})
@@ -333,7 +341,10 @@ def run_job(job_dir: str | Path) -> int:
         write_status(job_dir, state="cancelled", message="cancelled", finished_at=_now())
         return 130
     except Exception as exc:  # any failure is reported in status.json and the log
-        traceback.print_exc()
+        if isinstance(exc, MoeproxyError):  # a bad checkpoint: its one-line error, no traceback
+            print(f"error: {exc}", flush=True)
+        else:
+            traceback.print_exc()
         write_status(job_dir, state="failed", message=f"{type(exc).__name__}: {exc}".splitlines()[0],
                      finished_at=_now())
         return 1

@@ -7,7 +7,7 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.figures import TRIAGE_PANELS, compare_figure, last_step, verdict_badge
-from moeproxy.errors import MoeproxyError
+from dashboard.safe_text import md_code, md_failure
 
 st.title("Compare full vs proxy")
 db = queries.db_path()
@@ -62,7 +62,7 @@ st.plotly_chart(fig, key="compare_chart", width="stretch")
 st.subheader("Fidelity card")
 for name, found in ((full_run, full_findings), (proxy_run, proxy_findings)):
     onset = (found or {}).get("onset_step")
-    st.markdown(f"**{name}**: {verdict_badge((found or {}).get('verdict'))}"
+    st.markdown(f"**{md_code(name)}**: {verdict_badge((found or {}).get('verdict'))}"
                 + (f" from step {onset}" if onset is not None else ""))
 
 
@@ -72,8 +72,8 @@ def fidelity_card(db: str, version: int, full: str, proxy: str) -> dict | str:
 
     try:
         return compute_card(queries.store(), full, proxy)
-    except MoeproxyError as exc:
-        return str(exc)
+    except Exception as exc:  # shown as a warning, never a dead page
+        return md_failure(exc)
 
 
 card = fidelity_card(db, version, full_run, proxy_run)

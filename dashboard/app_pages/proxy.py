@@ -13,7 +13,7 @@ import streamlit as st
 from dashboard import queries
 from moeproxy import jobs
 from moeproxy.allowed_paths import BUNDLED_DATA, allowed_roots, resolve_inside_roots
-from moeproxy.errors import MoeproxyError
+from dashboard.safe_text import md_code, md_failure, md_text
 
 DEVICE_NAMES = {"npu": "Ascend NPU", "cuda": "CUDA GPU", "mps": "Apple MPS", "cpu": "CPU"}
 
@@ -32,8 +32,8 @@ def plan(path: str, keep_ratio: float, memory_gib: float) -> dict | str:
 
     try:
         return plan_proxy(path, keep_ratio=keep_ratio, device_memory_gib=memory_gib)
-    except MoeproxyError as exc:
-        return str(exc)
+    except Exception as exc:  # a hostile config.json: an error line, not a dead page
+        return md_failure(exc)
 
 
 def plan_table(p: dict) -> pd.DataFrame:
@@ -60,12 +60,13 @@ def job_panel(root: str) -> None:
     if state not in jobs.ACTIVE_STATES and st.session_state.get("job_polling"):
         st.session_state["job_polling"] = False
         st.rerun()  # the job just finished: redraw the whole page once and stop polling
-    st.markdown(f"**Job {job['job_id']}** ({job['kind']} on {DEVICE_NAMES.get(job['device'], job['device'])}): "
-                f"`{state}` — {job.get('message', '')}")
+    st.markdown(f"**Job {md_text(job['job_id'])}** ({md_text(job['kind'])} on "
+                f"{md_text(DEVICE_NAMES.get(job['device'], job['device']))}): {md_code(state)} — "
+                f"{md_text(job.get('message', ''))}")
     if state in jobs.ACTIVE_STATES:
         total = max(int(job.get("total") or 0), 1)
-        st.progress(min(1.0, int(job.get("done") or 0) / total), text=f"{job.get('stage') or 'starting'} "
-                    f"{job.get('done', 0)}/{job.get('total', 0)}")
+        st.progress(min(1.0, int(job.get("done") or 0) / total), text=md_text(f"{job.get('stage') or 'starting'} "
+                    f"{job.get('done', 0)}/{job.get('total', 0)}"))
         if st.button("Cancel", key="cancel_job"):
             jobs.cancel(root, job["job_id"])
             st.rerun()
@@ -74,10 +75,10 @@ def job_panel(root: str) -> None:
         report_path = Path(job["job_dir"]) / "proxy" / "proxy_report.json"
         if report_path.exists():
             report = json.loads(report_path.read_text())
-            st.success(f"Proxy written to `{report['output']}`: experts {report['experts_before']} -> "
-                       f"{report['experts_after']} per MoE layer, top-k {report['top_k_before']} -> "
-                       f"{report['top_k_after']}, verification "
-                       f"{'passed' if report.get('verify', {}).get('passed') else 'skipped or failed'}")
+            st.success(f"Proxy written to {md_code(report['output'])}: " + md_text(
+                       f"experts {report['experts_before']} -> {report['experts_after']} per MoE layer, top-k "
+                       f"{report['top_k_before']} -> {report['top_k_after']}, verification "
+                       f"{'passed' if report.get('verify', {}).get('passed') else 'skipped or failed'}"))
             st.dataframe(pd.DataFrame([{"layer": k, "kept experts": ", ".join(map(str, v))}
                                        for k, v in report["kept_experts"].items()]),
                          hide_index=True, key="kept_experts")
@@ -93,12 +94,12 @@ def job_panel(root: str) -> None:
 st.title("Proxy")
 root = str(jobs.jobs_root(queries.db_path()))
 device = detected_device()
-st.markdown(f"Builds run on: **{DEVICE_NAMES[device]}** (`{device}`) · jobs in `{root}`")
+st.markdown(f"Builds run on: **{DEVICE_NAMES[device]}** ({md_code(device)}) · jobs in {md_code(root)}")
 
 default_ckpt = str(BUNDLED_DATA / "tiny-moe") if (BUNDLED_DATA / "tiny-moe").is_dir() else ""
 c1, c2, c3 = st.columns([3, 1, 1])
 ckpt = c1.text_input("Checkpoint directory (safetensors; inside the allowed roots)", value=default_ckpt,
-                     key="proxy_ckpt", help="Allowed roots: " + ", ".join(map(str, allowed_roots())))
+                     key="proxy_ckpt", help="Allowed roots: " + ", ".join(md_code(r) for r in allowed_roots()))
 keep_ratio = c2.number_input("Keep ratio", min_value=0.01, max_value=1.0, value=0.25, step=0.05, key="proxy_keep")
 memory = c3.number_input("Memory per accelerator (GiB)", min_value=1.0, value=64.0, step=8.0, key="proxy_mem")
 
@@ -106,8 +107,8 @@ checkpoint = None
 if ckpt:
     try:
         checkpoint = resolve_inside_roots(ckpt, "checkpoint directory")
-    except MoeproxyError as exc:
-        st.error(str(exc))
+    except Exception as exc:
+        st.error(md_failure(exc))
 if checkpoint is not None:
     planned = plan(str(checkpoint), float(keep_ratio), float(memory))
     if isinstance(planned, str):
@@ -123,13 +124,14 @@ if checkpoint is not None:
         c3.metric("Step cost ratio (full/proxy)", f"{planned['step_cost_ratio']:.2f}")
         st.dataframe(plan_table(planned), hide_index=True, key="plan_table")
         for note in planned.get("notes", []):
-            st.caption(note)
+            st.caption(md_text(note))
         if st.button(f"Build proxy on {DEVICE_NAMES[device]}", key="start_build", type="primary"):
             try:
-                job_id = jobs.launch(root, "build", {"src": str(checkpoint), "keep_ratio": float(keep_ratio)}, device)
+                job_id = jobs.launch(root, "build", {"src": str(checkpoint), "keep_ratio": float(keep_ratio),
+                                                     "allowed_roots": [str(r) for r in allowed_roots()]}, device)
                 st.toast(f"started job {job_id}")
-            except MoeproxyError as exc:
-                st.error(str(exc))
+            except Exception as exc:
+                st.error(md_failure(exc))
 
 st.subheader("Build job")
 active = any(j["state"] in jobs.ACTIVE_STATES for j in jobs.list_jobs(root))

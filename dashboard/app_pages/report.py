@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import queries
-from moeproxy.errors import MoeproxyError
+from dashboard.safe_text import md_code, md_failure
 
 st.title("Report")
 db = queries.db_path()
@@ -49,13 +49,13 @@ def report_html(db: str, version: int, run: str, proxy: str | None, recipe_path:
 
 try:
     document = report_html(db, version, run, proxy, recipe_path)
-except MoeproxyError as exc:
-    st.error(str(exc))
+except Exception as exc:  # a bad recipe file or store content: one error line, not a dead page
+    st.error(md_failure(exc))
     st.stop()
 st.download_button("Download HTML report", document, file_name=f"{run}-postmortem.html", mime="text/html",
                    key="report_download", type="primary")
-st.caption(f"{len(document) / 1e6:.1f} MB, self-contained (plotly.js inlined). "
-           f"Same from a shell: `moeproxy report {run}{' --proxy ' + proxy if proxy else ''} -o {run}.html`")
+st.caption(f"{len(document) / 1e6:.1f} MB, self-contained (plotly.js inlined). Same from a shell: "
+           + md_code(f"moeproxy report {run}{' --proxy ' + proxy if proxy else ''} -o {run}.html"))
 if st.toggle("Preview the report here", key="report_preview"):
     import streamlit.components.v1 as components
 

@@ -9,9 +9,23 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.figures import verdict_badge
-from moeproxy.errors import MoeproxyError
+from dashboard.safe_text import md_code, md_failure, md_lines
 
 UPLOAD_LIMIT_MB = 256
+UPLOAD_NAME_LIMIT = 200
+
+
+def upload_file_name(name: str) -> str:
+    """A safe single file name for an upload: the last path component, no NUL or control characters,
+    at most 200 characters (suffix kept), never ``.``, ``..`` or empty."""
+    base = "".join(c for c in str(name).replace("\\", "/").split("/")[-1] if c.isprintable())
+    if base.strip(". ") == "":
+        return "upload.log"
+    if len(base) > UPLOAD_NAME_LIMIT:
+        stem, dot, suffix = base.rpartition(".")
+        base = (stem[:UPLOAD_NAME_LIMIT - len(suffix) - 1] + "." + suffix) if dot and len(suffix) < 20 \
+            else base[:UPLOAD_NAME_LIMIT]
+    return base
 
 
 def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of: str | None) -> list[str]:
@@ -26,13 +40,13 @@ def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of:
         try:
             store.save_findings(name, diagnose_frame(store.run_frame(name)), DETECTOR_VERSION)
         except Exception as exc:  # the data is in; the diagnosis can be retried from Triage
-            lines.append(f"{name}: not diagnosed ({type(exc).__name__}: {exc})")
+            lines.append(f"{name}: not diagnosed ({type(exc).__name__}: {str(exc)[:300]})")
     return lines
 
 
 st.title("Runs")
 if st.session_state.get("ingest_message"):
-    st.success("\n\n".join(st.session_state.pop("ingest_message")))
+    st.success(md_lines(st.session_state.pop("ingest_message")))
 db = queries.db_path()
 table = queries.runs(db, queries.data_version())
 
@@ -45,7 +59,7 @@ else:
     st.dataframe(shown, hide_index=True, width="stretch", key="runs_table",
                  column_config={"nonfinite": st.column_config.NumberColumn("non-finite"),
                                 "onset_step": st.column_config.NumberColumn("onset step")})
-    st.markdown("  ".join(f"**{r.run}** {verdict_badge(r.verdict if isinstance(r.verdict, str) else None)}"
+    st.markdown("  ".join(f"**{md_code(r.run)}** {verdict_badge(r.verdict if isinstance(r.verdict, str) else None)}"
                           for r in table.itertuples()))
 
 st.subheader("Ingest logs")
@@ -58,14 +72,15 @@ with path_tab, st.form("ingest_path_form"):
     role = c2.selectbox("Role", ["full", "proxy", "other"], index=2, key="ingest_role")
     proxy_of = c3.selectbox("Proxy of", [""] + names, key="ingest_proxy_of")
     if st.form_submit_button("Ingest", key="ingest_path_button"):
-        from moeproxy.allowed_paths import resolve_inside_roots
+        from moeproxy.allowed_paths import readable_files_inside_roots
 
-        try:
-            path = resolve_inside_roots(server_path, "ingest path")
+        try:  # every file the ingest would read is checked first: inside the roots, regular
+            path = readable_files_inside_roots(server_path, "ingest path")
             st.session_state["ingest_message"] = ingest_and_diagnose([path], run_name, role, proxy_of)
+        except Exception as exc:  # a hostile file must not kill the page; the store is unchanged
+            st.error(md_failure(exc))
+        else:
             st.rerun()
-        except MoeproxyError as exc:
-            st.error(str(exc))
 with upload_tab:
     upload = st.file_uploader(f"Log file (at most {UPLOAD_LIMIT_MB} MB)", key="upload",
                               max_upload_size=UPLOAD_LIMIT_MB)
@@ -74,15 +89,15 @@ with upload_tab:
     up_role = c2.selectbox("Role", ["full", "proxy", "other"], index=2, key="upload_role")
     up_proxy_of = c3.selectbox("Proxy of", [""] + names, key="upload_proxy_of")
     if st.button("Ingest upload", key="upload_button", disabled=upload is None):
-        safe_name = Path(upload.name).name or "upload.log"
+        safe_name = upload_file_name(upload.name)
         with tempfile.TemporaryDirectory(prefix="moeproxy-upload-") as tmp:
             target = Path(tmp) / safe_name
-            target.write_bytes(upload.getvalue())
             try:
+                target.write_bytes(upload.getvalue())
                 st.session_state["ingest_message"] = ingest_and_diagnose(
                     [target], up_run or Path(safe_name).stem, up_role, up_proxy_of)
-            except MoeproxyError as exc:
-                st.error(str(exc))
+            except Exception as exc:  # a hostile upload must not kill the page; the store is unchanged
+                st.error(md_failure(exc))
             else:
                 st.rerun()
 
@@ -97,15 +112,16 @@ if names:
         try:
             queries.store().set_role(proxy_run, "proxy", proxy_of=full_run)
             queries.store().set_role(full_run, "full")
-            st.success(f"{proxy_run} is now the proxy of {full_run}")
+            st.session_state["ingest_message"] = [f"{proxy_run} is now the proxy of {full_run}"]
+        except Exception as exc:
+            st.error(md_failure(exc))
+        else:
             st.rerun()
-        except MoeproxyError as exc:
-            st.error(str(exc))
 
     st.subheader("Delete a run")
     c1, c2, c3 = st.columns([2, 2, 1])
     victim = c1.selectbox("Run to delete", names, key="delete_run")
-    confirm = c2.checkbox(f"Yes, delete {victim} and its findings", key="delete_confirm")
+    confirm = c2.checkbox(f"Yes, delete {md_code(victim)} and its findings", key="delete_confirm")
     if c3.button("Delete", key="delete_button", disabled=not confirm, type="primary"):
         queries.store().delete_run(victim)
         if st.session_state.get("run") == victim:

@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.figures import TRIAGE_PANELS, findings_rows, heatmap_figure, triage_figure, verdict_badge
+from dashboard.safe_text import md_code, md_failure, md_text
 
 st.title("Triage")
 db = queries.db_path()
@@ -54,7 +55,7 @@ nonfinite = series[series["kind"] != "finite"]
 if not nonfinite.empty:
     counts = nonfinite.groupby(["metric", "kind"]).size()
     st.caption("Non-finite points drawn as markers: " +
-               ", ".join(f"{m} {k} x{n}" for (m, k), n in counts.items()) +
+               ", ".join(f"{md_code(m)} {k} x{n}" for (m, k), n in counts.items()) +
                " (x: NaN, triangle up: +inf, triangle down: -inf)")
 if (~series["latest"]).any():
     st.caption("Dotted lines: points of earlier restart attempts that a later attempt overwrote.")
@@ -66,16 +67,16 @@ else:
     onset = findings.get("onset_step")
     st.markdown(f"Verdict {verdict_badge(findings.get('verdict'))}"
                 + (f" from step **{onset}**" if onset is not None else "")
-                + f" · detector `{findings.get('detector_version', '?')}`")
+                + f" · detector {md_code(findings.get('detector_version', '?'))}")
     for row in findings_rows(findings):
-        st.markdown(f"- **{row['category']}** ({row['severity']}) at step {row['onset_step']} on "
-                    f"`{row['metric']}` [{row['rule']}]: {row['evidence']}")
+        st.markdown(f"- **{md_text(row['category'])}** ({md_text(row['severity'])}) at step {md_text(row['onset_step'])} "
+                    f"on {md_code(row['metric'])} \\[{md_text(row['rule'])}\\]: {md_text(row['evidence'])}")
 from moeproxy.diagnose import DETECTOR_VERSION  # noqa: E402
 
 stale = findings is not None and findings.get("detector_version") != DETECTOR_VERSION
 if findings is None or stale:
     if st.button("Diagnose now" if findings is None else f"Re-diagnose (findings are from "
-                 f"{findings.get('detector_version')})", key="triage_diagnose"):
+                 f"{md_text(findings.get('detector_version'))})", key="triage_diagnose"):
         from moeproxy.diagnose import diagnose_frame
 
         store = queries.store()
@@ -83,7 +84,7 @@ if findings is None or stale:
             store.save_findings(run, diagnose_frame(store.run_frame(run)), DETECTOR_VERSION)
             st.rerun()
         except Exception as exc:  # show the detector's failure instead of a blank page
-            st.error(f"diagnosis failed: {type(exc).__name__}: {exc}")
+            st.error("diagnosis failed: " + md_failure(exc))
 
 st.subheader("Routing entropy per layer")
 heat = queries.heatmap(db, version, run, lo, hi)

@@ -19,7 +19,7 @@ def test_first_start_loads_the_demo_runs(app, app_env):
     assert runs.set_index("run").loc["demo-proxy", "proxy_of"] == "demo-full"
     assert runs["verdict"].notna().all()
     badges = " ".join(m.value for m in app.markdown)
-    assert "**demo-full** :" in badges and "-badge[" in badges
+    assert "**`demo-full`** :" in badges and "-badge[" in badges  # run names as code spans, never Markdown
     assert any("loaded demo runs" in c.value for c in app.sidebar.caption)
 
 
@@ -29,7 +29,7 @@ def test_runs_page_ingests_from_an_allowed_path_and_refuses_others(app, app_env)
     app.text_input(key="ingest_run").set_value("extra")
     app.button(key="ingest_path_button").click().run()
     assert not app.exception
-    assert any("run 'extra'" in s.value for s in app.success), [e.value for e in app.error]
+    assert any("run \\'extra\\'" in s.value for s in app.success), [e.value for e in app.error]  # escaped
     assert Store(app_env / "runs.duckdb").findings("extra") is not None  # diagnosed on ingest
 
     app.text_input(key="ingest_path").set_value("/etc/passwd")
