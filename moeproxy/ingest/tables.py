@@ -281,8 +281,11 @@ def sniff_tables(src: SourceFile) -> float:
     if result is None:
         return 0.0
     tables, _, _, kind = result
-    if not any(len(t) for t in tables.values()):
+    rows = max((len(t) for t in tables.values()), default=0)
+    if not rows:
         return 0.0
+    if kind == "table" and rows >= 3 and any(l.lstrip().startswith("|") for l in src.head_lines()):
+        return 0.35  # a markdown table beats the odd ``key=value`` in the prose around it
     return 0.25 if kind == "table" else 0.1
 
 
