@@ -44,8 +44,10 @@ def parse_fields(rest: str, prefix: str = "") -> tuple[list[str], list[float]]:
     values: list[float] = []
     for part in rest.split("|"):
         key, sep, raw = part.rpartition(":")
-        if not sep:
-            continue
+        if not sep:  # early Megatron-LM (2019-2020) wrote ``lm loss 6.75E+00``, with no colon
+            key, sep, raw = part.strip().rpartition(" ")
+            if not sep:
+                continue
         try:
             value = float(raw)
         except ValueError:
