@@ -89,7 +89,10 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         name, s = found
         s = s[np.isfinite(s.to_numpy())]
         shift = sustained_shift(s, +1, factor=cfg.length_factor, z=cfg.robust_z, min_history=cfg.min_history)
-        if shift is not None and not shift.recovered:
+        vals = s.to_numpy()
+        # a rise back to where the run started (after a dip to near-empty answers) is a recovery
+        back_to_start = len(vals) > cfg.min_history and tail_level(vals) < cfg.length_factor * head_level(vals)
+        if shift is not None and not shift.recovered and not back_to_start:
             out.append(Finding(LENGTH_BLOWUP, shift.onset_step, CRITICAL, name, "length_rise",
                                f"{name} grew from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
                                f"from step {shift.onset_step} and stayed up"))
