@@ -1,6 +1,6 @@
 """Failure diagnosis: classify what went wrong in a run, from which step, and why we think so.
 
-Pure functions over a run's series (numpy/pandas/ruptures; no SQL, no Streamlit, no torch).
+Pure functions over a run's series (numpy/pandas; no SQL, no Streamlit, no torch).
 ``diagnose_frame(frame)`` takes the long form ``(step, metric, value)`` and returns the findings
 contract of shared/DESIGN.md; ``render_text`` prints it for people; ``diagnose_pair`` adds the
 comparison with a run that should match; ``DETECTORS`` lists the registered detectors; ``DETECTOR_VERSION`` is saved with stored findings so the dashboard knows

@@ -286,3 +286,19 @@ def test_a_spike_that_leaves_lasting_damage_is_divergence():
     res = diagnose_series({"grad_norm": series(g), "kl": series(kl), "reward_mean": series(reward)})
     assert res["verdict"] == "divergence" and res["onset_step"] == 17
     assert res["findings"][0]["rule"] == "damaging_spike"
+
+
+def test_knee_index_agrees_with_ruptures_binseg_clinear():
+    """knee_index is ruptures' one-break Binseg with the clinear cost, written out for start-up time."""
+    import numpy as np
+    import ruptures
+
+    from moeproxy.diagnose.robust import knee_index
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(6, 60))
+        y = np.cumsum(rng.normal(size=n)) if trial % 2 else np.r_[np.zeros(n // 2), np.arange(n - n // 2) * 0.7]
+        y = y + rng.normal(scale=0.1, size=n)
+        want = ruptures.Binseg(model="clinear", min_size=2, jump=1).fit(y).predict(n_bkps=1)[0]
+        assert knee_index(y) == (want if want < n else None), (trial, n)
