@@ -24,6 +24,8 @@ DICT = re.compile(r"\{\s*['\"][^'\"]+['\"]\s*:.*\}")
 PAIR = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:[\w.]+\([^()]*\))|[^,{}]+?)\s*(?=,|\})")
 STEP_PREFIX = re.compile(r"(?:global step|(step|perf|eval|rollout))\s*(\d+)\s*:\s*\{", re.IGNORECASE)
 STEP_KEYS = ("step", "global_step", "train/step", "rollout/step", "eval/step", "iteration")
+# ms-swift writes its step as a string: 'global_step/max_steps': '5/2169'
+SWIFT_STEP = re.compile(r"['\"]global_step/max_steps['\"]\s*:\s*['\"](\d+)/\d+['\"]")
 
 
 def parse_printed_dicts(src: SourceFile) -> ParsedLog:
@@ -77,6 +79,8 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
             kind = (pm.group(1) or "").lower()
             if kind in ("perf", "eval"):
                 record = {(k if k.startswith(kind + "/") else f"{kind}/{k}"): v for k, v in record.items()}
+        elif (swift := SWIFT_STEP.search(line)) is not None:
+            step = int(swift.group(1))
         elif in_record is not None:
             step = int(in_record)
         if not record:

@@ -27,6 +27,8 @@ STEP = re.compile(
     re.IGNORECASE,
 )
 TQDM = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
+# mmengine (xtuner, mmdet): ``Epoch(train) [2][200/735]`` (epoch, iteration in it) or ``Iter(train) [240/3000]``
+MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s*\])?\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
@@ -85,6 +87,11 @@ def _strip(line: str) -> str:
 
 def find_step(line: str) -> tuple[int, str] | None:
     """(step, the line with the counter removed) or None."""
+    m = MMENGINE.search(line)
+    if m:  # by-epoch logs count iterations within the epoch: the step runs on across epochs
+        epoch, it, per_epoch = int(m.group(1) or 1), int(m.group(2)), int(m.group(3))
+        step = (epoch - 1) * per_epoch + it if m.group(1) else it
+        return step, line[: m.start()] + " , " + line[m.end():]
     m = TQDM.search(line)
     if m:
         rest = line[m.end():]
