@@ -45,6 +45,12 @@ def verdict_badge(verdict: str | None) -> str:
     return f":{VERDICT_COLOURS[verdict]}-badge[{verdict}]"
 
 
+def plotly_text(text: object) -> str:
+    """``text`` for a plotly title, legend, hover or annotation, shown as typed: plotly reads a subset
+    of HTML there (``<a href>``, ``<b>``, ``<br>``), so ``&``, ``<`` and ``>`` become entities."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def ema_debiased(steps: np.ndarray, values: np.ndarray, beta: float) -> np.ndarray:
     """Debiased exponential moving average that respects gaps between steps.
 
@@ -96,6 +102,7 @@ def _add_metric_traces(fig: go.Figure, frame: pd.DataFrame, row: int, *, name: s
     """Raw line (latest attempt), overwritten attempts, EMA and non-finite markers for one metric
     (markers at the top/bottom of ``marker_bounds``, default: this frame's finite range)."""
     group = legend_group or name
+    name = plotly_text(name)
     latest = frame[frame["latest"]].sort_values("step")
     finite = latest[latest["kind"] == "finite"]
     # gaps at non-finite steps: a NaN in the y array breaks the line exactly there
@@ -155,7 +162,7 @@ def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, 
                       line_color=colour if is_root else "#7f7f7f", opacity=0.9)
         fig.add_annotation(
             x=x, y=1.0, xref="x", yref="paper", yanchor="top", xanchor="left", showarrow=False,
-            yshift=-14 * (seen[key] + label_row), text=f"{prefix}{finding['category']} @ {onset}",
+            yshift=-14 * (seen[key] + label_row), text=plotly_text(f"{prefix}{finding['category']} @ {onset}"),
             font={"size": 10, "color": colour if is_root else "#555"}, bgcolor="rgba(255,255,255,0.75)",
         )
 
@@ -165,12 +172,12 @@ def triage_figure(series: pd.DataFrame, metrics: list[str], findings: dict | Non
     """One panel per metric on a shared step axis, with non-finite markers and finding onsets."""
     metrics = list(metrics) or TRIAGE_PANELS
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=metrics)
+                        subplot_titles=[plotly_text(m) for m in metrics])
     for row, metric in enumerate(metrics, start=1):
         frame = series[series["metric"] == metric]
         log_axis = metric in LOG_AXIS_METRICS and _log_axis_possible(frame)
         if frame.empty:
-            fig.add_annotation(text=f"no {metric} in this run", showarrow=False, row=row, col=1,
+            fig.add_annotation(text=plotly_text(f"no {metric} in this run"), showarrow=False, row=row, col=1,
                                xref="x domain", yref="y domain", x=0.5, y=0.5)
         else:
             _add_metric_traces(fig, frame, row, name=metric, colour=RUN_COLOURS["full"], smoothing=smoothing,
@@ -189,7 +196,7 @@ def _log_axis_possible(frame: pd.DataFrame) -> bool:
 
 
 def _layout(fig: go.Figure, title: str | None, rows: int) -> None:
-    fig.update_layout(title=title, height=max(320, 230 * rows + 80), margin={"l": 60, "r": 20, "t": 60, "b": 40},
+    fig.update_layout(title=None if title is None else plotly_text(title), height=max(320, 230 * rows + 80), margin={"l": 60, "r": 20, "t": 60, "b": 40},
                       hovermode="x unified", legend={"orientation": "h", "y": -0.08}, dragmode="select",
                       template="plotly_white")
 
@@ -209,7 +216,7 @@ def heatmap_figure(heat: pd.DataFrame, title: str = "routing entropy per layer")
             colorscale="Viridis", colorbar={"title": "entropy"},
             hovertemplate="%{y}<br>from step %{x}<br>%{z:.4f}<extra></extra>",
         ))
-    fig.update_layout(title=title, height=max(260, 24 * heat["metric"].nunique() + 140) if not heat.empty else 260,
+    fig.update_layout(title=None if title is None else plotly_text(title), height=max(260, 24 * heat["metric"].nunique() + 140) if not heat.empty else 260,
                       margin={"l": 80, "r": 20, "t": 50, "b": 40}, xaxis_title="step", template="plotly_white")
     return fig
 
@@ -242,7 +249,7 @@ def compare_figure(full: pd.DataFrame, proxy: pd.DataFrame, metrics: list[str], 
     full = align_steps(full, full_last_step, align)
     proxy = align_steps(proxy, proxy_last_step, align)
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=metrics)
+                        subplot_titles=[plotly_text(m) for m in metrics])
     for row, metric in enumerate(metrics, start=1):
         log_axis = False
         both = pd.concat([full[full["metric"] == metric], proxy[proxy["metric"] == metric]])

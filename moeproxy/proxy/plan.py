@@ -37,7 +37,8 @@ def _hf_config(config: dict):
     try:
         return AutoConfig.for_model(model_type, **cfg)
     except Exception as exc:  # transformers rejects the values
-        raise InputError(f"transformers cannot build a {model_type} config from these values: {exc}") from exc
+        reason = " ".join(str(exc).split())  # one line: transformers' validation errors span several
+        raise InputError(f"transformers cannot build a {model_type} config from these values: {reason[:300]}") from exc
 
 
 def count_parameters(config: dict) -> dict:

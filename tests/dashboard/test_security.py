@@ -86,9 +86,13 @@ def test_hostile_run_and_metric_names_render_as_text_on_every_page(app, app_env)
         assert_inert(app)
     app.switch_page("app_pages/triage.py").run()
     app.selectbox(key="triage_run").set_value("hostile-metrics").run()
-    app.multiselect(key="triage_metrics").select(HOSTILE_NAMES[0]).run()
+    app.multiselect(key="triage_metrics").select(HOSTILE_NAMES[0]).select(HOSTILE_NAMES[1]).run()
     assert_inert(app)
     assert any(md_code(HOSTILE_NAMES[0]) in c.value for c in app.caption)  # its NaN marker, named as typed
+    specs = [json.loads(el.proto.spec) for el in app.get("plotly_chart")]
+    plotly_texts = json.dumps([[t.get("name") for t in spec["data"]] + [spec["layout"].get("title")]
+                               + [a.get("text") for a in spec["layout"].get("annotations", [])] for spec in specs])
+    assert "&lt;img" in plotly_texts and "<img" not in plotly_texts  # plotly's pseudo-HTML gets entities
     app.switch_page("app_pages/runs.py").run()
     app.selectbox(key="delete_run").set_value(HOSTILE_NAMES[0]).run()
     assert_inert(app)  # the confirmation checkbox's label quotes the name
