@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 
 HELP = "Build a proxy checkpoint: cluster each MoE layer's experts, keep one per cluster, copy the backbone."
 
@@ -56,11 +57,17 @@ def run(args) -> int:
         if done >= total:
             bar.close()
 
+    def on_sigterm(signum, frame):  # like Ctrl-C: the partial folder is removed, exit 130
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         report = build_proxy(spec, progress=progress)
     except OSError as exc:  # disk full, permission denied mid-build: one line, the partial folder is gone
         where = f": {exc.filename}" if exc.filename else ""
         raise InputError(f"{exc.strerror or exc}{where}") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     verify = report.get("verify", {})
     if args.json:
         print(json.dumps(report, indent=2))

@@ -104,15 +104,20 @@ def test_side_files_and_shards_outside_allowed_roots_are_refused(base, tmp_path)
 
 
 # -- interrupted builds -----------------------------------------------------------------------------
-KILL_AT = {"write": "[write]", "verify": "[verify]"}
+KILL_AT = {"write": "[copy]", "verify": "[verify]"}
 
 
 @pytest.mark.parametrize("stage", list(KILL_AT))
 def test_build_killed_with_sigkill_leaves_no_out_and_the_rerun_succeeds(stage, base, tmp_path):
-    """SIGKILL while shards are written or the proxy verified: no OUT; the re-run removes the dead
-    process's partial folder and succeeds."""
+    """SIGKILL halfway through a shard (after its first byte range) or while the proxy is verified:
+    no OUT; the re-run removes the dead process's partial folder and succeeds."""
     out = tmp_path / "out"
-    code = ("import sys, time; from moeproxy.proxy.build import BuildSpec, build_proxy\n"
+    code = ("import time; import moeproxy.proxy.checkpoint as c; from moeproxy.proxy.build import BuildSpec, build_proxy\n"
+            "copy = c._copy_range\n"
+            "def slow_copy(*a):\n"
+            "    copy(*a); print('[copy]', flush=True)\n"
+            f"    if {stage!r} == 'write': time.sleep(60)\n"
+            "c._copy_range = slow_copy\n"
             "def progress(stage, done, total, msg):\n"
             "    print(f'[{stage}]', flush=True)\n"
             f"    if stage == {stage!r}: time.sleep(60)\n"
@@ -148,3 +153,18 @@ def test_failed_verification_setup_removes_the_partial_folder(base, tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         build_proxy(BuildSpec(src=base, out=tmp_path / "out", keep_experts=4, device="cpu"))
     assert not any(tmp_path.iterdir())
+
+
+def test_sigterm_stops_a_cli_build_like_ctrl_c(base, tmp_path, monkeypatch, capsys):
+    """``kill PID`` (SIGTERM) on ``moeproxy build``: the build unwinds (its partial folder removed,
+    as the KeyboardInterrupt test above shows), exit 130, the previous handler restored."""
+    def terminated(spec, progress=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        pytest.fail("SIGTERM did not stop the build")
+
+    monkeypatch.setattr("moeproxy.proxy.build.build_proxy", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["build", str(base), str(tmp_path / "out"), "--keep-experts", "4"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before
