@@ -258,6 +258,35 @@ def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Findi
     return []
 
 
+ZERO_LOSS_RECORDS = 2
+RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
+
+
+def _zero_loss_findings(run: RunSeries) -> list[Finding]:
+    """HF Trainer's ``logging_nan_inf_filter`` (on by default) leaves NaN/inf step losses out of the
+    logged average; when every step of a logging window was non-finite nothing is left and it logs
+    a loss of exactly 0.0. A loss that was positive and is exactly 0 on every record to the end is
+    such a run. Not in RL, where a zero loss is a group whose rewards were all equal."""
+    if any(run.resolve(name) is not None for name in RL_SIGNALS):
+        return []
+    found = run.resolve("loss")
+    if found is None:
+        return []
+    name, loss = found
+    vals = loss.to_numpy(dtype=float)
+    if vals.size <= ZERO_LOSS_RECORDS or not (vals[:-ZERO_LOSS_RECORDS] > 0).any():
+        return []
+    zero = vals == 0.0
+    tail = len(zero) - (int(np.flatnonzero(~zero)[-1]) + 1 if (~zero).any() else 0)
+    if tail < ZERO_LOSS_RECORDS:
+        return []
+    j = len(vals) - tail
+    step = int(loss.index[j])
+    return [Finding(OVERFLOW, step, CRITICAL, name, "loss_zero_nan_filter",
+                    f"{name} went from {fmt(vals[j - 1])} to exactly 0 at step {step} and stayed 0 for the last "
+                    f"{tail} records: HF Trainer logs 0.0 when every step loss of a logging window was NaN/inf")]
+
+
 @register_detector("overflow", "non-finite loss/grad, loss-scale collapse, skipped/NaN iterations, saturation")
 def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run)
@@ -268,6 +297,7 @@ def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     findings += _counter_findings(run, cfg, start_end, fp16)
     findings += _vanished_loss_findings(run, start_end)
     findings += _storm_findings(run, start_end)
+    findings += _zero_loss_findings(run)
     if start_end is not None:
         findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
                                 f"fp16 loss-scale search at start-up up to step {start_end} is not a "
