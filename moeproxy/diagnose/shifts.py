@@ -3,7 +3,7 @@ drift detectors (mismatch, routing, entropy, reward, KL, length).
 
 ``sustained_shift`` returns the first departure (see ``robust.find_departures``) that lasts:
 it never comes back before the last record (>= ``end_records`` records) or it spans
-``min_records`` records. Positive metrics move by a factor on log scale; bounded ones
+``min_records`` records (``lasting_only``: only the first that never comes back). Positive metrics move by a factor on log scale; bounded ones
 (entropies, rates, rewards) by an absolute delta.
 """
 
@@ -32,7 +32,7 @@ class Shift:
 def sustained_shift(series: pd.Series, direction: int, *, z: float, min_history: int,
                     factor: float | None = None, delta: float | None = None,
                     min_records: int = 3, end_records: int = 2,
-                    window: int | None = None) -> Shift | None:
+                    window: int | None = None, lasting_only: bool = False) -> Shift | None:
     if (factor is None) == (delta is None):
         raise ValueError("sustained_shift needs exactly one of factor (log scale) or delta (raw)")
     values = series.to_numpy(dtype=float)
@@ -44,6 +44,8 @@ def sustained_shift(series: pd.Series, direction: int, *, z: float, min_history:
     for d in find_departures(y, direction, min_delta=min_delta, z=z, min_history=min_history,
                              window=window):
         records = d.count
+        if lasting_only and d.recovered:  # only a shift that holds to the last record
+            continue
         if (not d.recovered and records >= end_records) or records >= min_records:
             base = 10 ** d.baseline if factor is not None else d.baseline
             return Shift(int(steps[d.onset]), int(steps[d.first]), int(steps[d.peak]),

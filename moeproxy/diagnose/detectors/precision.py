@@ -68,14 +68,22 @@ def _ratio_drift(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     if len(s) <= cfg.min_history:
         return None
     dev = np.abs(np.log(s))
+    # the engines' disagreement stays: a drift that never comes back is the mismatch; one that
+    # passes (a few steps of degenerate outputs) is only a warning
     shift = sustained_shift(dev, +1, delta=float(np.log(1.25)), z=cfg.robust_z,
-                            min_history=cfg.min_history)
+                            min_history=cfg.min_history, lasting_only=True)
+    lasting = shift is not None
+    if not lasting:
+        shift = sustained_shift(dev, +1, delta=float(np.log(1.25)), z=cfg.robust_z,
+                                min_history=cfg.min_history)
     outside = s[(s < cfg.is_ratio_low) | (s > cfg.is_ratio_high)]
     if shift is not None:
         value = float(s.loc[shift.peak_step])
         # a drift that stays inside the window is what any sharp policy change does to the ratio
         # (a reward collapse moves it too): critical only once the ratio leaves the window
-        severity = CRITICAL if len(outside) else WARNING
+        after = s[s.index >= shift.onset_step]
+        left = ((after < cfg.is_ratio_low) | (after > cfg.is_ratio_high)).any()
+        severity = CRITICAL if lasting and left else WARNING
         return Finding(PRECISION_MISMATCH, shift.onset_step, severity, name, "is_ratio_drift",
                        f"{name} drifted from {fmt(float(np.exp(shift.baseline)) if shift.baseline else 1.0)}"
                        f"-ish to {fmt(value)} from step {shift.onset_step} "
