@@ -34,6 +34,9 @@ sync_api = pytest.importorskip("playwright.sync_api")
 sync_api.expect.set_options(timeout=60_000)  # a loaded 2-core machine reruns slowly
 
 
+SERVER: dict = {}  # what the server fixture started: its database
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,6 +57,7 @@ def server(tmp_path_factory):
     # The app must import this checkout's code, whatever is installed.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["MOEPROXY_ALLOWED_ROOTS"] = f"{tmp}{os.pathsep}{REPO / 'data'}"
+    SERVER["db"] = tmp / "runs.duckdb"
     port = _free_port()
     log_path = tmp / "server.log"
     with open(log_path, "wb") as log:
@@ -170,3 +174,46 @@ def test_proxy_build_and_report(page, server):
     open_page(page, server, "report")
     sync_api.expect(page.locator(".st-key-report_download button")).to_be_visible()
     shoot(page, "07-report")
+
+
+def test_hostile_run_names_fetch_nothing(page, server, tmp_path):
+    """A run named like a Markdown image or an HTML tag is shown as those characters: the browser
+    requests nothing from the URL inside it (the beacon server counts every request)."""
+    import http.server
+    import threading
+
+    hits = []
+
+    class Beacon(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            hits.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    beacon = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Beacon)
+    threading.Thread(target=beacon.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{beacon.server_address[1]}"
+    names = [f"![b]({base}/markdown.png)", f'<img src="{base}/html.png">']
+    try:
+        from synthetic_runs import write_run_log
+
+        from moeproxy.ingest import ingest_paths
+        from moeproxy.store import Store
+
+        for i, name in enumerate(names):
+            ingest_paths(Store(SERVER["db"]), [write_run_log(tmp_path / f"h{i}.jsonl", steps=30 + i, fault_step=None)],
+                         run=name)
+        open_page(page, server, "")
+        page.wait_for_timeout(1500)
+        assert hits == [], hits
+        badges = page.get_by_test_id("stMain").get_by_test_id("stMarkdownContainer")
+        for name in names:  # in the badge line under the table, as typed
+            sync_api.expect(badges.locator("code", has_text=name).first).to_be_visible()
+        open_page(page, server, "triage")
+        page.wait_for_timeout(1500)
+        assert hits == [], hits
+    finally:
+        beacon.shutdown()
