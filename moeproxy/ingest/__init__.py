@@ -19,7 +19,7 @@ from moeproxy.errors import InputError
 from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.names import resolve_names
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
-from moeproxy.ingest.table import StepOutOfRange
+from moeproxy.ingest.table import RecordOutOfRange
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,7 +90,7 @@ def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
     src, log_format = open_and_detect(path, fmt)
     try:
         parsed = log_format.parse(src)
-    except StepOutOfRange as exc:
+    except RecordOutOfRange as exc:  # a step or rank that cannot be stored as the file spells it
         raise InputError(f"{src.path}: {exc}") from None
     except RecursionError:  # a parser's own recursion on hostile nesting: one line, not a traceback
         raise InputError(f"{src.path}: nested too deeply to read") from None

@@ -67,15 +67,15 @@ def parse_csv(src: SourceFile) -> ParsedLog:
     if {"name", "step"} <= set(columns) and "vpp_stage" in columns:
         fmt, framework = "msprobe-csv", "msprobe"
         ops = [c for c in columns if c not in ("vpp_stage", "name", "step", "micro_step")]
-        steps = pd.to_numeric(df["step"], errors="coerce")
+        steps = _steps(df["step"])
         numeric = {op: col for op in ops if (col := _numeric(df[op])) is not None}
         names = df["name"].tolist()
-        for i, step in enumerate(steps.tolist()):
-            if not _valid_step(step):
+        for i, step in enumerate(steps):
+            if step is None:
                 skipped += 1
                 continue
             record = {f"{names[i]}/{op}": vals[i] for op, (vals, present) in numeric.items() if present[i]}
-            table.add_dict(int(step), record, rank=rank)
+            table.add_dict(step, record, rank=rank)
     else:
         step_col = next((c for c in STEP_COLUMNS if c in columns), None)
         values = [c for c in columns if c != step_col and not c.endswith(("__MIN", "__MAX"))]
@@ -84,22 +84,34 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         if prefixes:
             fmt, framework = "wandb-csv", "wandb"
         numeric = {c: col for c in values if (col := _numeric(df[c])) is not None}
-        steps = pd.to_numeric(df[step_col], errors="coerce").tolist() if step_col else None
+        steps = _steps(df[step_col]) if step_col else None
         for i in range(len(df)):
-            if steps is not None and not _valid_step(steps[i]):
+            if steps is not None and steps[i] is None:
                 skipped += 1
                 continue
             record = {names[c]: vals[i] for c, (vals, present) in numeric.items() if present[i]}
-            table.add_dict(int(steps[i]) if steps is not None else i, record, rank=rank)
+            table.add_dict(steps[i] if steps is not None else i, record, rank=rank)
         from_index = steps is None
         if framework == "unknown":
             framework = guess_framework(table.metric_names)
     return ParsedLog(src.path, fmt, framework, src.sha256, table.frame(), skipped, from_index)
 
 
-def _valid_step(step: float) -> bool:
-    """A step cell that can be a step: rows whose step is empty, text, nan or inf are skipped."""
-    return math.isfinite(step)
+_INTEGER = re.compile(r"\s*[-+]?\d{1,30}\s*")
+
+
+def _steps(column) -> list[int | None]:
+    """Each step cell as an int, read exactly (an integer cell is never taken through a float); None
+    for a row to skip: empty, text, nan/inf, a fraction (1.5 is not rounded) or beyond 2^53 as a float."""
+    out: list[int | None] = []
+    for cell in column.tolist():
+        if _INTEGER.fullmatch(cell):
+            out.append(int(cell))
+            continue
+        value = parse_number(cell)
+        ok = value is not None and math.isfinite(value) and value.is_integer() and abs(value) < 2**53
+        out.append(int(value) if ok else None)
+    return out
 
 
 def sniff_csv(src: SourceFile) -> float:

@@ -30,19 +30,28 @@ def _loads(text: str):
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
-        return json.loads(text)  # accepts NaN / Infinity; raises ValueError otherwise
+        try:
+            return json.loads(text)  # accepts NaN / Infinity; raises ValueError otherwise
+        except RecursionError:  # orjson stops at 1,024 levels, the stdlib at the interpreter's stack
+            raise ValueError("nested too deeply") from None
 
 
 def flatten(obj: dict, prefix: str = "", out: dict | None = None) -> dict:
+    """Nested dicts as one flat dict, keys joined with ``/``, depth first in file order (with a
+    stack, not recursion: a hostile file may nest as deep as the JSON parser allows)."""
     out = {} if out is None else out
-    for key, value in obj.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flatten(value, f"{name}/", out)
-        elif isinstance(value, list):
-            continue  # histograms, samples: not scalars
+    stack = [(prefix, iter(obj.items()))]
+    while stack:
+        base, items = stack[-1]
+        for key, value in items:
+            name = f"{base}{key}"
+            if isinstance(value, dict):
+                stack.append((f"{name}/", iter(value.items())))
+                break
+            if not isinstance(value, list):  # lists: histograms, samples; not scalars
+                out[name] = value
         else:
-            out[name] = value
+            stack.pop()
     return out
 
 

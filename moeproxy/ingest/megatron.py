@@ -221,9 +221,12 @@ def _scan_range(src: SourceFile, start: int, stop: int, last_step: int | None) -
     return _scan(src.text_range(start, stop), last_step)
 
 
-def _child_part(src: SourceFile, start: int, stop: int) -> tuple[_Scan, str]:
-    """The forked child's share: the second part, and the file's sha256."""
-    return _scan_range(src, start, stop, None), src.sha256
+def _child_part(src: SourceFile, start: int, stop: int) -> tuple[_Scan, str, dict]:
+    """The forked child's share: the second part (up to the size seen at open, its unterminated
+    last line decided there), the sha256 of the bytes parsed, and what it decided about the tail."""
+    scan = _scan_range(src, start, stop, None)
+    sha = src.sha256
+    return scan, sha, {k: getattr(src, k) for k in ("parsed_end", "warnings", "_tail_decided", "_tail_bytes")}
 
 
 # Files at least this large are parsed in two processes on a machine with two or more free cores.
@@ -244,14 +247,17 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
         return None
     share = CHILD_SHARE if "pandas" in sys.modules else CHILD_SHARE_COLD
     mid = src.line_boundary(int(src.size * (1 - share)))
-    if mid <= 0 or mid >= src.size:
+    if mid <= 0 or mid >= src.lines_end:
         return None
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
         second = pool.submit(_child_part, src, mid, src.size)
         _load_what_comes_next()  # on this core while the child scans on the other
         first = _scan_range(src, 0, mid, 0)
         try:
-            rest, src._sha256 = second.result()
+            rest, sha, decided = second.result()
+            for key, value in decided.items():
+                setattr(src, key, value)
+            src.set_sha256(sha)
         except InputError:
             raise
         except Exception:  # the child died (e.g. out of memory): do the second half here

@@ -82,7 +82,7 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
         elif (swift := SWIFT_STEP.search(line)) is not None:
             step = int(swift.group(1))
         elif in_record is not None:
-            step = int(in_record)
+            step = in_record  # as read: LogTable refuses inf or 1.5 (never rounds it)
         if not record:
             skipped += 1
             continue

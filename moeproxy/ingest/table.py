@@ -25,24 +25,57 @@ if TYPE_CHECKING:
 FRAME_COLUMNS = ("step", "metric", "value", "attempt", "rank", "wall_time")
 
 
-class StepOutOfRange(ValueError):
-    """A step counter that is not a finite integer or does not fit 64 bits (the caller names the file)."""
+class RecordOutOfRange(ValueError):
+    """A record's step or rank that cannot be stored as the file spells it (the caller names the file)."""
+
+
+def _shown(number) -> str:
+    """A number for a message: a huge integer as its first digits and digit count (never float())."""
+    text = str(number)
+    if len(text) > 300:  # float() of it would overflow
+        return f"{text[:8]}...({len(text.lstrip('-'))} digits)"
+    return f"{float(number):.4g}" if abs(number) >= 10**20 else text
+
+
+class StepOutOfRange(RecordOutOfRange):
+    """A step counter that is not a finite integer or does not fit 64 bits."""
 
     def __init__(self, step) -> None:
-        if isinstance(step, float) and step != step or step in (math.inf, -math.inf):
+        if isinstance(step, float) and not math.isfinite(step):
             message = f"step {step} is not a finite integer"
+        elif isinstance(step, float) and not step.is_integer():
+            message = f"step {step!r} is not an integer (steps are counters; it is not rounded)"
+        elif isinstance(step, float):
+            message = f"step {step!r} is too large to be read exactly as a decimal fraction (spell it as an integer)"
         else:
-            shown = f"{float(step):.4g}" if abs(step) >= 10**20 else str(step)
-            message = f"step {shown} is out of range (steps must fit a 64-bit integer)"
+            message = f"step {_shown(step)} is out of range (steps must fit a 64-bit integer)"
         super().__init__(message)
         self.step = step
 
 
+class RankOutOfRange(RecordOutOfRange):
+    def __init__(self, rank) -> None:
+        super().__init__(f"rank {_shown(rank)} is out of range (ranks must fit a 32-bit integer)")
+
+
+RANK_MAX = 2**31 - 1
+EXACT_FLOAT_INT = 2**53  # a float step beyond this may have been rounded by a JSON parser
+
+
 def _int_step(step) -> int:
+    """A step as an int: integers as they are (range checked for the whole table at once); a float
+    only when it is a whole number a float holds exactly (1.5 is refused, never rounded to 1)."""
+    if isinstance(step, float) and not (step.is_integer() and abs(step) < EXACT_FLOAT_INT):
+        raise StepOutOfRange(step)
     try:
         return int(step)
-    except (OverflowError, ValueError):  # inf, nan
+    except (OverflowError, ValueError, TypeError):  # inf, nan, a non-number
         raise StepOutOfRange(step) from None
+
+
+def _check_ranks(ranks) -> None:
+    if ranks and not (-1 <= min(ranks) and max(ranks) <= RANK_MAX):
+        raise RankOutOfRange(next(r for r in ranks if not -1 <= r <= RANK_MAX))
 
 
 class LogTable:
@@ -91,6 +124,8 @@ class LogTable:
         self._values.extend(values)
         self._n_values += len(codes)
         self._steps.append(_int_step(step))
+        if not -1 <= rank <= RANK_MAX:
+            raise RankOutOfRange(rank)
         self._ranks.append(rank)
         self._walls.append(wall_time)
         self._counts.append(len(codes))
@@ -104,6 +139,7 @@ class LogTable:
         k = len(codes)
         if len(values) != n * k or len(ranks) != n:
             raise ValueError(f"add_block: {n} steps x {k} names needs {n * k} values, got {len(values)}")
+        _check_ranks(ranks)
         self._close_segment()
         self._value_segments.append(np.asarray(values, dtype=np.float64))
         self._code_segments.append(np.tile(codes, n))
@@ -152,7 +188,7 @@ class LogTable:
             return segment, None
         try:
             return np.array(segment, dtype=np.float64), None
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # text, lists; an int beyond the float range
             pass
         out = np.empty(len(segment), dtype=np.float64)
         keep = np.ones(len(segment), dtype=bool)

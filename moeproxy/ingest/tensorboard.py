@@ -1,10 +1,14 @@
-"""TensorBoard event files (``events.out.tfevents.*``), read with the ``tensorboard`` package's
-own event-file loader: no TensorFlow needed.
+"""TensorBoard event files (``events.out.tfevents.*``): TFRecord framing read here (so that every
+problem has its byte offset), events decoded with the ``tensorboard`` package's protobufs; no
+TensorFlow needed.
 
 Scalars come either as ``simple_value`` (tensorboardX, TF1 summaries, Megatron's writer) or as
 0-d tensors with the ``scalars`` plugin (TF2 / torch.utils.tensorboard); both are read. Each
-event keeps its step and wall time. A file cut short by a crash is read up to the last whole
-record, as TensorBoard itself does.
+event keeps its step and wall time. A record is ``length (8) | crc(length) (4) | data | crc(data) (4)``:
+a last record cut short (a file still being written, or cut by a crash) is dropped with a warning
+naming its offset, as an unterminated last line of a text log is; a record whose checksum or
+protobuf is wrong anywhere is an error naming its offset (TensorBoard's own loader stops there and
+says so only at debug level, which cut runs silently).
 """
 
 from __future__ import annotations
@@ -29,29 +33,72 @@ def _scalar(value) -> float | None:
     return None
 
 
+def _records(src: SourceFile):
+    """(offset, event bytes) of each whole, checksummed record; sets ``src.parsed_end`` and the
+    sha256 of the bytes up to the last whole record."""
+    import hashlib
+    import io
+    import struct
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    from moeproxy.ingest.source import _RangeReader
+
+    h = hashlib.sha256()
+    offset = 0
+    with io.BufferedReader(_RangeReader(src, 0, src.size), 1 << 20) as fh:
+        while offset < src.size:
+            header = fh.read(12)
+            cut = len(header) < 12
+            if not cut:
+                length, length_crc = struct.unpack("<QI", header)
+                if masked_crc32c(header[:8]) != length_crc:
+                    raise InputError(f"{src.path}: record at offset {offset}: corrupt (length checksum mismatch); "
+                                     "nothing stored")
+                cut = offset + 12 + length + 4 > src.size
+            if cut:
+                src.parsed_end = offset
+                src.warnings.append(f"offset {offset}: the last record is cut (bytes {offset}-{src.size} of a file "
+                                    "still being written, or cut by a crash): skipped")
+                break
+            data = fh.read(length)
+            (data_crc,) = struct.unpack("<I", fh.read(4))
+            if masked_crc32c(data) != data_crc:
+                raise InputError(f"{src.path}: record at offset {offset}: corrupt (data checksum mismatch); nothing stored")
+            h.update(header)
+            h.update(data)
+            h.update(struct.pack("<I", data_crc))
+            yield offset, data
+            offset += 12 + length + 4
+    src.set_sha256(h.hexdigest(), offset)
+
+
 def parse_tensorboard(src: SourceFile) -> ParsedLog:
-    import logging
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto import event_pb2
 
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
-    logging.getLogger("tensorboard").setLevel(logging.ERROR)
     table = LogTable()
     skipped = 0
-    try:
-        for event in EventFileLoader(str(src.path)).Load():
-            if not event.HasField("summary"):
-                continue
-            record: dict[str, float] = {}
-            for value in event.summary.value:
+    for offset, data in _records(src):
+        try:
+            event = event_pb2.Event.FromString(data)
+        except DecodeError as exc:
+            raise InputError(f"{src.path}: record at offset {offset}: not a TensorBoard event ({exc})") from None
+        if not event.HasField("summary"):
+            continue
+        record: dict[str, float] = {}
+        for value in event.summary.value:
+            try:
                 scalar = _scalar(value)
-                if scalar is None:
-                    skipped += 1
-                else:
-                    record[value.tag] = scalar
-            if record:
-                table.add_dict(event.step, record, wall_time=event.wall_time)
-    except Exception as exc:  # corrupt record, bad protobuf: name the file
-        raise InputError(f"{src.path}: unreadable TensorBoard event file ({type(exc).__name__}: {exc})") from None
+            except Exception as exc:  # a tensor proto that does not decode: name where
+                raise InputError(f"{src.path}: record at offset {offset}: unreadable value of {value.tag!r} "
+                                 f"({type(exc).__name__})") from None
+            if scalar is None:
+                skipped += 1
+            else:
+                record[value.tag] = scalar
+        if record:
+            table.add_dict(event.step, record, wall_time=event.wall_time)
     return ParsedLog(src.path, "tensorboard", guess_framework(table.metric_names), src.sha256, table.frame(), skipped)
 
 

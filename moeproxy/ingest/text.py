@@ -32,12 +32,22 @@ MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
-KEY_EQ = re.compile(r"([A-Za-z_][\w./@\-]*)\s*=\s*\[?(" + NUMBER + r")", re.IGNORECASE)
-KEY_COLON = re.compile(r"^([A-Za-z_][\w./@\-() ]*?)\s*:\s*\[?(" + NUMBER + r")", re.IGNORECASE)
-# several ``key: value`` pairs in one single-spaced segment (``epoch: 3 loss: 1.2 acc: 0.5``)
-KEY_COLON_RUN = re.compile(r"([A-Za-z_][\w./@\-()]*(?: [A-Za-z_][\w./@\-()]*)*?)\s*:\s*\[?(" + NUMBER + r")(?![\w.])",
-                           re.IGNORECASE)
-KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")", re.IGNORECASE)
+# a number is taken whole or not at all: ``3e`` (of ``3e-4``) or ``1.2.3`` is no number, never ``3``
+# or ``1.2`` (units may follow: ``45.6ms``, ``12.3%``)
+NUMBER_END = r"(?![eE.\d])"
+# Pairs are found in time linear in the line (a 1 MB line of hostile repeats included): from each
+# separator that a number follows, back to its key; a regex that looks for the key first rescans a
+# long run of key characters from each of them (a 30 KB line took 15 s).
+# ``key=number``: found by ``eq_pairs`` from each ``=`` back to its key
+VALUE_AFTER_EQ = re.compile(r"=\s*\[?(" + NUMBER + r")" + NUMBER_END, re.IGNORECASE)
+EQ_KEY_CHARS_REVERSED = re.compile(r"[\w./@\-]*")
+KEY_COLON = re.compile(r"^([A-Za-z_][\w./@\-() ]*?)\s*:\s*\[?(" + NUMBER + r")" + NUMBER_END, re.IGNORECASE)
+# several ``key: value`` pairs in one single-spaced segment (``epoch: 3 loss: 1.2 acc: 0.5``): found
+# by ``colon_pairs``, from each colon that a number follows back to its key
+VALUE_AFTER_COLON = re.compile(r":\s*\[?(" + NUMBER + r")(?![\w.])", re.IGNORECASE)
+KEY_CHARS_REVERSED = re.compile(r"[\w./@\-() ]*")
+KEY_START = re.compile(r"[A-Za-z_]")
+KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")" + NUMBER_END, re.IGNORECASE)
 # a value before its name, only for names that are known metrics (``9.12 loss``, not ``12 ms``)
 VALUE_FIRST = re.compile(r"^(" + NUMBER + r")\s+([A-Za-z_][\w/]*)(?![\w.])", re.IGNORECASE)
 SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s{2,}|\t")
@@ -52,6 +62,59 @@ THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 AFTER_SEPARATOR = re.compile(r"([:=])\s+")
 
 
+def _key_before(text: str) -> str | None:
+    """The key that ends ``text`` (before a ``: value``): its longest tail of words of key
+    characters separated by single spaces, each word starting with a letter or ``_``."""
+    text = text.rstrip()
+    n = KEY_CHARS_REVERSED.match(text[::-1]).end()
+    words: list[str] = []
+    for word in reversed(text[len(text) - n:].split(" ")):
+        if word and KEY_START.match(word):
+            words.append(word)
+            continue
+        m = KEY_START.search(word)  # a word that starts with a digit or '(' keys from its first letter
+        if m:
+            words.append(word[m.start():])
+        break
+    return " ".join(reversed(words)) or None
+
+
+def eq_pairs(segment: str) -> list[tuple[str, str]]:
+    """(key, number text) of each ``key=number`` in a segment (``epoch=0/micro_step=10`` too)."""
+    pairs: list[tuple[str, str]] = []
+    start = pos = 0  # a key never crosses an ``=`` or the pair before it
+    while (eq := segment.find("=", pos)) >= 0:
+        m = VALUE_AFTER_EQ.match(segment, eq)
+        key = None
+        if m:
+            text = segment[start:eq].rstrip()
+            run = text[len(text) - EQ_KEY_CHARS_REVERSED.match(text[::-1]).end():]
+            first = KEY_START.search(run)  # the run keys from its first letter (``--lr`` -> ``lr``)
+            key = run[first.start():] if first else None
+        if key:
+            pairs.append((key, m.group(1)))
+            start = pos = m.end()
+        else:
+            start = pos = eq + 1
+    return pairs
+
+
+def colon_pairs(segment: str) -> list[tuple[str, str]]:
+    """(key, number text) of each ``key: number`` in a segment, keys of several words allowed; in
+    one pass over the colons (a regex that looked for the key first rescanned the line per word)."""
+    pairs: list[tuple[str, str]] = []
+    start = pos = 0  # a key never crosses a colon or the pair before it
+    while (colon := segment.find(":", pos)) >= 0:
+        m = VALUE_AFTER_COLON.match(segment, colon)
+        key = _key_before(segment[start:colon]) if m else None
+        if key:
+            pairs.append((key, m.group(1)))
+            start = pos = m.end()
+        else:
+            start = pos = colon + 1
+    return pairs
+
+
 def extract_pairs(text: str) -> dict[str, float]:
     record: dict[str, float] = {}
     text = AFTER_SEPARATOR.sub(r"\1 ", THOUSANDS.sub("", text))
@@ -59,12 +122,12 @@ def extract_pairs(text: str) -> dict[str, float]:
         segment = segment.strip().strip("[]{}():").strip()
         if not segment:
             continue
-        eq = KEY_EQ.findall(segment)
+        eq = eq_pairs(segment)
         if eq:
             for key, raw in eq:
                 record[key.lower()] = _number(raw)
             continue
-        run = KEY_COLON_RUN.findall(segment)
+        run = colon_pairs(segment)
         if len(run) >= 2:
             for key, raw in run:
                 record[" ".join(key.lower().split())] = _number(raw)

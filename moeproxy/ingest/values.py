@@ -60,8 +60,13 @@ def coerce_json_value(value: object) -> float | None:
         return math.nan
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # beyond the float range: +-inf, as float("1e400") reads a spelled-out number
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str):
         return parse_number(value)
     return None
