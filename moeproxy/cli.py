@@ -61,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"moeproxy {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`moeproxy formats | head -1`): stop quietly
+        import os
+
+        # Python would flush stdout again at exit and fail once more: point it at /dev/null
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command a closed pipe stopped
 
 
 if __name__ == "__main__":  # pragma: no cover

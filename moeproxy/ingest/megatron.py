@@ -31,7 +31,9 @@ from moeproxy.ingest.values import parse_number
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|(.*)$")
 VALIDATION = re.compile(r"validation loss at iteration\s+(\d+)\s*(?:on [^|]*)?\|(.*)$")
 OVERFLOW = re.compile(
-    r"overflow!.*?skipping step\.?\s*attempted loss scale:\s*([^,\s]+),?\s*reducing to\s*([^\s,]+)",
+    # (at most 200 characters between the two phrases: an unbounded ``.*?`` rescanned a long line
+    # from each "overflow!" in it)
+    r"overflow!.{0,200}?skipping step\.?\s*attempted loss scale:\s*([^,\s]+),?\s*reducing to\s*([^\s,]+)",
     re.IGNORECASE,
 )
 DS_STEP = re.compile(r"\bstep=(\d+),\s*skipped=(\d+)(?:,\s*lr=\[([^\],]+))?")

@@ -21,8 +21,17 @@ from moeproxy.ingest.text import TQDM
 from moeproxy.ingest.values import parse_number
 
 DICT = re.compile(r"\{\s*['\"][^'\"]+['\"]\s*:.*\}")
-PAIR = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:[\w.]+\([^()]*\))|[^,{}]+?)\s*(?=,|\})")
+# a plain value ends with a non-space character and is at most 64 long (no number is longer): the
+# pattern then runs in time linear in the line, however many quotes and spaces a hostile line holds
+PAIR = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:[\w.]+\([^()]*\))|[^,{}]{0,63}?[^,{}\s])\s*(?=,|\})")
 STEP_PREFIX = re.compile(r"(?:global step|(step|perf|eval|rollout))\s*(\d+)\s*:\s*\{", re.IGNORECASE)
+def find_dict(line: str):
+    """``DICT`` searched only up to the line's last ``}``: without one, ``.*\\}`` would rescan the
+    rest of the line from every ``{'`` (a 1 MB line of them took minutes)."""
+    end = line.rfind("}") + 1
+    return DICT.search(line, 0, end) if end else None
+
+
 STEP_KEYS = ("step", "global_step", "train/step", "rollout/step", "eval/step", "iteration")
 # ms-swift writes its step as a string: 'global_step/max_steps': '5/2169'
 SWIFT_STEP = re.compile(r"['\"]global_step/max_steps['\"]\s*:\s*['\"](\d+)/\d+['\"]")
@@ -50,7 +59,7 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
         pending.clear()
 
     for _, line in src.lines():
-        m = DICT.search(line)
+        m = find_dict(line)
         if not m:
             bar = TQDM.search(line)
             if bar:
@@ -104,7 +113,7 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
 
 def sniff_printed_dicts(src: SourceFile) -> float:
     lines = [l for l in src.head_lines() if l.strip()]
-    hits = sum(1 for l in lines if DICT.search(l) and PAIR.search(l))
+    hits = sum(1 for l in lines if find_dict(l) and PAIR.search(l))
     if not hits:
         return 0.0
     return 0.75 if hits >= max(1, len(lines) // 10) else 0.5

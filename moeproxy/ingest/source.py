@@ -381,7 +381,10 @@ def open_source(path: str | Path, *, allow_binary: bool = False) -> SourceFile:
     if size == 0:
         raise InputError(f"{p}: empty file, nothing to ingest")
     identity = (st.st_dev, st.st_ino)
-    if looks_binary(head):
+    probe = head
+    if size <= len(head):  # the whole file: NULs only after its last newline are a cut (crash-filled) last line
+        probe = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1] or head
+    if looks_binary(probe):
         if allow_binary:
             return SourceFile(p, size, head, None, identity=identity)
         raise InputError(f"{p}: binary file, not a training log this tool knows")
