@@ -106,12 +106,21 @@ def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
     return parsed
 
 
+def _is_dir(p: Path) -> bool:
+    """Path.is_dir without its exceptions (a 5,000-character name, an embedded NUL): such a path is
+    then opened as a file, which names the problem in one line."""
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def expand_paths(paths: Iterable[str | Path]) -> list[tuple[Path, Path]]:
     """(file, the path the user named) for each file; directories are walked, hidden files skipped."""
     out: list[tuple[Path, Path]] = []
     for given in paths:
         p = Path(given)
-        if p.is_dir():
+        if _is_dir(p):
             # not only regular files: a FIFO, socket or broken link is named as skipped, never opened
             files = sorted(f for f in p.rglob("*") if not f.is_dir() and not any(part.startswith(".") for part in f.relative_to(p).parts))
             if not files:
@@ -126,7 +135,7 @@ _GENERIC_NAMES = re.compile(r"^(trainer_state|log|logs|train|training|metrics|ou
 
 
 def default_run_name(path: Path, given: Path) -> str:
-    if given.is_dir():
+    if _is_dir(given):
         return given.resolve().name
     stem = path.name.split(".")[0] if path.name.startswith("events.out") else path.stem
     if _GENERIC_NAMES.match(stem) and path.resolve().parent.name:
@@ -176,7 +185,7 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
         try:
             parsed = parse_file(path, fmt)
         except InputError as exc:
-            if given.is_dir() and given != path:  # inside a directory, skip what is not a log, and say so
+            if _is_dir(given) and given != path:  # inside a directory, skip what is not a log, and say so
                 skipped.append(SkippedFile(str(path), str(exc)))
                 if progress:
                     progress(skipped[-1].line())

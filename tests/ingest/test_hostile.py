@@ -373,6 +373,21 @@ def test_a_fifo_or_device_is_refused_before_it_is_opened(tmp_path, capsys):
         assert rc == 2 and says in err and "not a regular file" in err
 
 
+@pytest.mark.timeout(20)
+def test_odd_paths_give_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "good.jsonl").write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.5}\n')
+    (run / "up").symlink_to(run)  # a cycle: not walked forever
+    (run / "loop_a").symlink_to(run / "loop_b")
+    (run / "loop_b").symlink_to(run / "loop_a")
+    rc, out, err = _cli(capsys, run, "--db", tmp_path / "db.duckdb")
+    assert rc == 0 and "skipped" in out and "loop_a" in out and "symbolic links" in out
+    for odd in ("x" * 5000, "a\x00b", str(run / "loop_a")):
+        rc, out, err = _cli(capsys, odd, "--db", tmp_path / "db.duckdb")
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "cannot read" in err
+
+
 # --- fuzz: random logs, random cuts, hostile tokens --------------------------------------------------
 
 NUMBER_TOKEN = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
