@@ -193,7 +193,8 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
             raise
         parsed_all.append((parsed, run or default_run_name(path, given)))
     if not parsed_all:
-        raise InputError(f"{', '.join(str(p) for p in paths)}: no recognised training log found")
+        why = f" ({len(skipped)} files skipped; the first: {skipped[0].reason})" if skipped else ""
+        raise InputError(f"{', '.join(str(p) for p in paths)}: no recognised training log found{why}")
 
     if callable(store):  # a factory: the store (duckdb, pandas) is only opened once every file parsed
         store = store()
