@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         from real_logs import half_of, report
         from real_logs import evaluate as evaluate_real
 
-        for folder in ("shared", "collected"):
+        for folder in ("shared", "collected", "blind"):
             real = evaluate_real(ROOT / "tests" / "fixtures" / "real" / folder)
             report(f"real logs: {folder} set", real)
             for half in (0, 1):
