@@ -82,8 +82,19 @@ def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     return None
 
 
+def _loss_kept_falling(loss, first, last) -> bool:
+    """The loss over [first, last] is below its level over as many records just before."""
+    loss = loss[np.isfinite(loss.to_numpy())]
+    during = loss[(loss.index >= first) & (loss.index <= last)]
+    before = loss[loss.index < first].tail(max(len(during), 3))
+    if len(during) < 2 or len(before) < 2:
+        return False
+    return float(during.median()) < float(before.median()) and float(during.max()) <= float(before.max())
+
+
 def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
-                             start_end: int | None, rl: bool = False) -> list[Finding]:
+                             start_end: int | None, rl: bool = False, loss=None) -> list[Finding]:
+    """``loss``: the run's loss, given for a grad-norm series of a run that is not RL."""
     if start_end is not None:
         series = series[series.index > start_end]
     if rl and kind == "grad":
@@ -143,6 +154,13 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
                                f"{name} ran {fmt(peak)}x above its median of {fmt(base)} for {n_rec} records "
                                f"from step {int(steps[d.onset])}; back in band after step {int(steps[d.end])}"))
             continue
+        if kind == "grad" and loss is not None and not truncated and _loss_kept_falling(loss, steps[d.onset], steps[d.end]):
+            # grad norms grow over healthy training (weight norms grow, the lr decays); a rise
+            # while the loss keeps improving is not a divergence
+            out.append(Finding(DIVERGENCE, int(steps[d.onset]), WARNING, name, "grad_rise_loss_falling",
+                               f"{name} rose {fmt(peak)}x above its median of {fmt(base)} from step "
+                               f"{int(steps[d.onset])} while the loss kept falling"))
+            continue
         rule = "sustained_rise" if at_end else "multi_record_spike"
         top = d.onset + int(np.nanargmax(np.where(np.isfinite(y[d.onset:]), y[d.onset:], -np.inf)))
         if not at_end and not truncated:
@@ -197,5 +215,7 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     out: list[Finding] = []
     rl = any(run.resolve(name) is not None for name in RL_SIGNALS)
     for name, kind in _candidates(run):
-        out += detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl)
+        loss = run.resolve("loss") if kind == "grad" and not rl else None
+        out += detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,
+                                        loss[1] if loss is not None else None)
     return out

@@ -67,6 +67,22 @@ def _grad_blowup_near(run: RunSeries, onset: int) -> tuple[str, float, float, in
     return name, median, peak, int(around.index[peak_i])
 
 
+MEAN_RISE = 1.25  # the mean length over a pin against before it: the runaway lengthens answers overall
+
+
+def _mean_length_up(run: RunSeries, onset: int) -> bool | None:
+    """Whether the mean response length ends above its level before ``onset`` (None: not logged)."""
+    found = run.resolve("response_length_mean")
+    if found is None:
+        return None
+    s = found[1][np.isfinite(found[1].to_numpy())]
+    before, after = s[s.index < onset], s[s.index >= onset]
+    if len(before) < 3 or after.empty:
+        return None
+    # by the end of the pin: a runaway can lock the cap in a few records before the mean follows
+    return float(after.tail(3).median()) >= MEAN_RISE * float(before.tail(max(3, len(after) * 2)).median())
+
+
 @register_detector("length_blowup", "response length doubles or truncation rises above 10%")
 def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     out: list[Finding] = []
@@ -75,8 +91,15 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         name, onset, cap, count = pinned
         text = (f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} to the end "
                 f"({count} records): responses run away to the generation limit")
-        out.append(Finding(LENGTH_BLOWUP, onset, CRITICAL, name, "length_pinned", text))
-        grad = _grad_blowup_near(run, onset)
+        mean_up = _mean_length_up(run, onset)
+        if mean_up is False:
+            # the longest answer of a batch touching the cap is ordinary; a runaway moves the mean
+            out.append(Finding(LENGTH_BLOWUP, onset, WARNING, name, "length_max_at_cap",
+                               f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} ({count} "
+                               f"records) while the mean length does not grow"))
+        else:
+            out.append(Finding(LENGTH_BLOWUP, onset, CRITICAL, name, "length_pinned", text))
+        grad = _grad_blowup_near(run, onset) if mean_up is not False else None
         if grad is not None:
             gname, median, peak, peak_step = grad
             # the policy update itself blows up with the runaway: a divergence, which entropy and
