@@ -92,6 +92,9 @@ def report(title: str, cases: list[Case]) -> None:
     from moeproxy.diagnose import CATEGORIES
 
     n = len(cases)
+    if not n:
+        print(f"\n== {title}: no logs")
+        return
     ok = sum(c.verdict_ok for c in cases)
     onsets = [c.onset_ok for c in cases if c.onset_ok is not None]
     print(f"\n== {title}: verdicts {ok}/{n} ({100 * ok / max(n, 1):.0f} %), onsets in range "
