@@ -15,7 +15,7 @@ from moeproxy.diagnose.render import render_text
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CATEGORIES, MAIN_CATEGORIES, SECONDARY_CATEGORIES, Finding
 
-DETECTOR_VERSION = "diagnose-1.1"
+DETECTOR_VERSION = "diagnose-1.2"  # 1.2: real-log rules, confidence
 
 __all__ = [
     "CATEGORIES", "DETECTORS", "DETECTOR_VERSION", "DiagnoseConfig", "Finding", "MAIN_CATEGORIES",
