@@ -36,6 +36,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from moeproxy.errors import InputError, MoeproxyError, NotFound
+from moeproxy.pids import pid_alive
 
 JOBS_ENV = "MOEPROXY_JOBS"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "lost")
@@ -175,21 +176,6 @@ def launch(root: str | Path, kind: str, params: BuildJobParams | dict, device: s
     return job_id
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped by another parent) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def read_job(root: str | Path, job_id: str) -> dict:
     """The job's status (reconciled: an active job whose process is gone is ``lost``) plus its spec."""
     job_dir = Path(root) / job_id
@@ -202,7 +188,7 @@ def read_job(root: str | Path, job_id: str) -> dict:
     status = json.loads(status_path.read_text())
     if status.get("state") in ACTIVE_STATES:
         started_long_ago = time.time() - float(status.get("heartbeat") or 0) > HEARTBEAT_STALE_S
-        if (status.get("pid") and not _alive(status["pid"])) or started_long_ago:
+        if (status.get("pid") and not pid_alive(status["pid"])) or started_long_ago:
             # re-read: the worker may have written its final state between the two reads
             status = json.loads(status_path.read_text())
             if status.get("state") in ACTIVE_STATES:
@@ -248,18 +234,18 @@ def cancel(root: str | Path, job_id: str, grace_s: float = 10.0) -> dict:
     if status["state"] not in ACTIVE_STATES:
         return status
     pid = status.get("pid")
-    if pid and _alive(pid):
+    if pid and pid_alive(pid):
         try:
             os.killpg(pid, signal.SIGTERM)  # the worker leads its own session: pgid == pid
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             proc = _CHILDREN.get(job_id)
             if proc is not None:
                 proc.poll()
             time.sleep(0.1)
-        if _alive(pid):
+        if pid_alive(pid):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:

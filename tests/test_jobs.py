@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from moeproxy.pids import pid_alive
 from moeproxy import jobs
 from moeproxy.errors import InputError, NotFound
 
@@ -53,7 +54,7 @@ def test_cancel_stops_the_process_group_and_one_job_per_device(tmp_path):
     assert status["state"] == "cancelled"
     pid = status["pid"]
     time.sleep(0.2)
-    assert not jobs._alive(pid)
+    assert not pid_alive(pid)
     assert not (tmp_path / job_id / "proxy").exists()  # no half-written proxy left behind
 
 

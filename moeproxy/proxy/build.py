@@ -36,6 +36,7 @@ from moeproxy.errors import InputError
 from moeproxy.proxy.arch import adapter_for
 from moeproxy.proxy.checkpoint import INDEX_NAME, SINGLE_NAME, OutputTensor, open_checkpoint, slice_ranges, write_shard
 from moeproxy.proxy.constraints import proxy_top_k, resolve_kept_count
+from moeproxy.pids import pid_alive
 
 REPORT_NAME = "proxy_report.json"
 ProgressFn = Callable[[str, int, int, str], None]
@@ -114,16 +115,6 @@ def _partial_dir(out: Path, pid: int) -> Path:
     return out.parent / f".{out.name}.partial-{pid}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_partials(out: Path) -> list[Path]:
     """Remove ``.OUT.partial-PID`` folders whose process is gone (a build killed with SIGKILL)."""
     removed = []
@@ -134,7 +125,7 @@ def remove_stale_partials(out: Path) -> list[Path]:
         return removed
     for entry in entries:
         pid = entry.name[len(prefix):]
-        if entry.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if entry.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
