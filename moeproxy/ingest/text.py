@@ -79,40 +79,40 @@ def _key_before(text: str) -> str | None:
     return " ".join(reversed(words)) or None
 
 
-def eq_pairs(segment: str) -> list[tuple[str, str]]:
-    """(key, number text) of each ``key=number`` in a segment (``epoch=0/micro_step=10`` too)."""
+def _eq_key_before(text: str) -> str | None:
+    """The single-word key that ends ``text`` (before an ``=value``), from its first letter
+    (``--lr`` -> ``lr``)."""
+    text = text.rstrip()
+    run = text[len(text) - EQ_KEY_CHARS_REVERSED.match(text[::-1]).end():]
+    first = KEY_START.search(run)
+    return run[first.start():] if first else None
+
+
+def _separated_pairs(segment: str, sep: str, value_after: re.Pattern, key_before) -> list[tuple[str, str]]:
+    """(key, number text) of each ``key<sep>number`` in a segment, in one pass over the separators
+    (a regex that looked for the key first rescanned the line per word): a key never crosses a
+    separator or the pair before it."""
     pairs: list[tuple[str, str]] = []
-    start = pos = 0  # a key never crosses an ``=`` or the pair before it
-    while (eq := segment.find("=", pos)) >= 0:
-        m = VALUE_AFTER_EQ.match(segment, eq)
-        key = None
-        if m:
-            text = segment[start:eq].rstrip()
-            run = text[len(text) - EQ_KEY_CHARS_REVERSED.match(text[::-1]).end():]
-            first = KEY_START.search(run)  # the run keys from its first letter (``--lr`` -> ``lr``)
-            key = run[first.start():] if first else None
+    start = pos = 0
+    while (at := segment.find(sep, pos)) >= 0:
+        m = value_after.match(segment, at)
+        key = key_before(segment[start:at]) if m else None
         if key:
             pairs.append((key, m.group(1)))
             start = pos = m.end()
         else:
-            start = pos = eq + 1
+            start = pos = at + 1
     return pairs
+
+
+def eq_pairs(segment: str) -> list[tuple[str, str]]:
+    """(key, number text) of each ``key=number`` in a segment (``epoch=0/micro_step=10`` too)."""
+    return _separated_pairs(segment, "=", VALUE_AFTER_EQ, _eq_key_before)
 
 
 def colon_pairs(segment: str) -> list[tuple[str, str]]:
-    """(key, number text) of each ``key: number`` in a segment, keys of several words allowed; in
-    one pass over the colons (a regex that looked for the key first rescanned the line per word)."""
-    pairs: list[tuple[str, str]] = []
-    start = pos = 0  # a key never crosses a colon or the pair before it
-    while (colon := segment.find(":", pos)) >= 0:
-        m = VALUE_AFTER_COLON.match(segment, colon)
-        key = _key_before(segment[start:colon]) if m else None
-        if key:
-            pairs.append((key, m.group(1)))
-            start = pos = m.end()
-        else:
-            start = pos = colon + 1
-    return pairs
+    """(key, number text) of each ``key: number`` in a segment, keys of several words allowed."""
+    return _separated_pairs(segment, ":", VALUE_AFTER_COLON, _key_before)
 
 
 def extract_pairs(text: str) -> dict[str, float]:
