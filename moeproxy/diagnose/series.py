@@ -43,6 +43,9 @@ FALLBACK_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
+
+
 def _reduce(frame: pd.DataFrame) -> pd.DataFrame:
     """Latest attempt per (metric, step); one value per (metric, step) across ranks."""
     if "attempt" in frame.columns and frame["attempt"].nunique(dropna=True) > 1:
@@ -120,6 +123,12 @@ class RunSeries:
             if s is not None:
                 return name, s
         return None
+
+    @property
+    def is_rl(self) -> bool:
+        """An RL run (reward, policy entropy or new-vs-old KL logged): its loss is a signed policy
+        loss, and zero grad norms/losses are groups whose rewards were all equal."""
+        return any(self.resolve(name) is not None for name in RL_SIGNALS)
 
     def matching(self, predicate) -> Iterable[tuple[str, pd.Series]]:
         return [(n, s) for n, s in self._series.items() if predicate(n)]

@@ -32,7 +32,6 @@ STEP_NAMES = frozenset({"step", "steps", "iter", "iteration", "iterations", "glo
 TAG = re.compile(r"^\s*\[[A-Za-z][\w.-]{0,40}\]\s?")
 RULE = re.compile(r"^[\s|:=+-]*-{2,}[\s|:=+-]*$")  # |---|---| or ----  -------
 WIDE = re.compile(r"\s{2,}|\t")
-PAIR = re.compile(r"^(.*?)\s*/\s*(.*)$")
 HEAD_ARMS = re.compile(r"^(.*?)\s*\b(\w{1,12})\s*/\s*(\w{1,12})$")
 MAX_COLUMNS = 512
 

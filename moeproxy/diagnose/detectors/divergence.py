@@ -21,7 +21,6 @@ from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 
 
-RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
 LARGE_SPIKE = 10.0  # Megatron's SPIKY_LOSS_FACTOR
 
 
@@ -31,7 +30,7 @@ def _candidates(run: RunSeries) -> list[tuple[str, str]]:
     In RL runs the "loss" is a policy loss: near zero, signed, on an arbitrary scale, so a factor
     rise means nothing; there the grad norm carries the signal."""
     out: list[tuple[str, str]] = []
-    rl = any(run.resolve(name) is not None for name in RL_SIGNALS)
+    rl = run.is_rl
     for canonical in ("grad_norm",) if rl else ("grad_norm", "loss"):
         found = run.resolve(canonical)
         if found:
@@ -213,7 +212,7 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int])
 def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run)
     out: list[Finding] = []
-    rl = any(run.resolve(name) is not None for name in RL_SIGNALS)
+    rl = run.is_rl
     for name, kind in _candidates(run):
         loss = run.resolve("loss") if kind == "grad" and not rl else None
         out += detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,

@@ -259,7 +259,6 @@ def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Findi
 
 
 ZERO_LOSS_RECORDS = 2
-RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
 
 
 def _zero_loss_findings(run: RunSeries) -> list[Finding]:
@@ -267,7 +266,7 @@ def _zero_loss_findings(run: RunSeries) -> list[Finding]:
     logged average; when every step of a logging window was non-finite nothing is left and it logs
     a loss of exactly 0.0. A loss that was positive and is exactly 0 on every record to the end is
     such a run. Not in RL, where a zero loss is a group whose rewards were all equal."""
-    if any(run.resolve(name) is not None for name in RL_SIGNALS):
+    if run.is_rl:
         return []
     found = run.resolve("loss")
     if found is None:
