@@ -67,6 +67,8 @@ else:
     onset = findings.get("onset_step")
     st.markdown(f"Verdict {verdict_badge(findings.get('verdict'))}"
                 + (f" from step **{onset}**" if onset is not None else "")
+                + (f" · confidence **{md_text(findings['confidence'])}** ({md_text(findings.get('confidence_reason', ''))})"
+                   if findings.get("confidence") else "")
                 + f" · detector {md_code(findings.get('detector_version', '?'))}")
     for row in findings_rows(findings):
         st.markdown(f"- **{md_text(row['category'])}** ({md_text(row['severity'])}) at step {md_text(row['onset_step'])} "

@@ -71,6 +71,7 @@ def test_triage_page_panels_findings_search_and_smoothing(app):
     assert any("@ 300" in a.get("text", "") for a in triage["layout"]["annotations"])
     findings_text = " ".join(m.value for m in app.markdown)
     assert "Verdict" in findings_text and "fell from" in findings_text  # evidence sentences listed
+    assert "confidence" in findings_text  # how sure the verdict is, with its reason
 
     app.multiselect(key="triage_metrics").select("reward_mean")
     app.slider(key="triage_smoothing").set_value(0.9)
