@@ -22,6 +22,7 @@ from typing import Iterable
 import numpy as np
 
 from moeproxy.errors import InputError
+from moeproxy.ingest.events import DEEPSPEED as DEEPSPEED_OVERFLOW, bar_step, overflow_record
 from moeproxy.ingest.prefixes import rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
@@ -30,12 +31,6 @@ from moeproxy.ingest.values import parse_number
 
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|(.*)$")
 VALIDATION = re.compile(r"validation loss at iteration\s+(\d+)\s*(?:on [^|]*)?\|(.*)$")
-OVERFLOW = re.compile(
-    # (at most 200 characters between the two phrases: an unbounded ``.*?`` rescanned a long line
-    # from each "overflow!" in it)
-    r"overflow!.{0,200}?skipping step\.?\s*attempted loss scale:\s*([^,\s]+),?\s*reducing to\s*([^\s,]+)",
-    re.IGNORECASE,
-)
 DS_STEP = re.compile(r"\bstep=(\d+),\s*skipped=(\d+)(?:,\s*lr=\[([^\],]+))?")
 MINDSPEED_RL = re.compile(r"\biteration:\s*(\d+)\s*/\s*\d+\s*\|(.*)$")
 
@@ -183,18 +178,15 @@ def _scan(lines: Iterable[str], last_step: int | None = 0) -> _Scan:
                 scan.skipped += 1
             continue
         block.flush()
-        m = OVERFLOW.search(line) if "verflow" in line or "VERFLOW" in line else None
-        if m:
-            if scan.last_step is None:  # the step it belongs to is in the part before
+        record = overflow_record(line)
+        if record is not None:
+            shown = bar_step(line)  # a tqdm bar the event was printed after: the steps it completed
+            if shown is not None:
+                scan.last_step = max(shown, scan.last_step or 0)
+            elif scan.last_step is None:  # the step it belongs to is in the part before
                 scan.needs_last_step = True
                 return scan
             scan.last_step += 1
-            attempted, reduced = parse_number(m.group(1)), parse_number(m.group(2))
-            record = {"deepspeed/overflow": 1.0}
-            if attempted is not None:
-                record["deepspeed/attempted_loss_scale"] = attempted
-            if reduced is not None:
-                record["deepspeed/reduced_loss_scale"] = reduced
             table.add_dict(scan.last_step, record, rank=rank_of(line))
             scan.saw_overflow = True
             continue
@@ -300,7 +292,7 @@ def sniff_megatron(src: SourceFile) -> float:
     lines = src.head_lines()
     if any(ITERATION.search(line) and ":" in line for line in lines):
         return 0.9
-    if any(OVERFLOW.search(line) for line in lines):
+    if any(DEEPSPEED_OVERFLOW.search(line) for line in lines):
         return 0.85
     if any(DS_STEP.search(line) for line in lines):
         return 0.6

@@ -7,13 +7,16 @@ pairs: nanoGPT ``iter 100: loss 2.34, time 45.6ms, mfu 12.3%``, torchtitan
 1.0e-05``, ``step=5 loss=2.1 gnorm=0.8``, tqdm ``450/1000 [01:23<01:40, loss=2.3]``. Timestamps
 and rank prefixes are tolerated; keys are lower-cased. A file with no step counter but an epoch
 counter (``epoch: 3 loss: 1.2 acc: 0.5``) uses the epoch as the step. When no line has a counter,
-lines with at least two numeric pairs are records and their index is the step.
+lines with at least two numeric pairs are records and their index is the step. A loss scaler's
+overflow line without a counter (``moeproxy.ingest.events``) is one skipped update, stored at the
+step being attempted.
 """
 
 from __future__ import annotations
 
 import re
 
+from moeproxy.ingest.events import bar_step, overflow_record
 from moeproxy.ingest.names import canonical_of, guess_framework
 from moeproxy.ingest.prefixes import RANK_PREFIX, TIMESTAMP, rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
@@ -22,7 +25,7 @@ from moeproxy.ingest.table import LogTable
 from moeproxy.ingest.values import NONFINITE_WORDS
 
 STEP = re.compile(
-    r"(?<![\w/])(?:global[_ ]step|train[_/]step|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
+    r"(?<![\w/])(?:global[_ ]step|train[_/]step|num_updates|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
     r"(?:\s*/\s*\d+)?(?![\w.])",
     re.IGNORECASE,
 )
@@ -180,44 +183,65 @@ def _counter(pattern: re.Pattern, line: str) -> tuple[int, str] | None:
     return None
 
 
+STEPPED, BY_EPOCH, INDEXLESS, EVENT = range(4)
+
+
 def parse_text(src: SourceFile) -> ParsedLog:
-    table = LogTable()
+    """Records in file order as (kind, counter, rank, record); which counter is the step (step
+    counters, else epochs, else record indices) is decided at the end, and overflow events are
+    placed among the records in the order they were printed."""
     skipped = 0
-    indexless: list[tuple[int, dict]] = []
-    by_epoch: list[tuple[int, int, dict]] = []
+    entries: list[tuple[int, int | None, int, dict]] = []
+    counts = [0, 0, 0]
     for _, raw in src.lines():
         line = _strip(raw)
+        event = overflow_record(line)
+        if event is not None:
+            entries.append((EVENT, bar_step(line), rank_of(raw), event))
+            continue
         hit = find_step(line)
         if hit is not None:
             record = extract_pairs(hit[1])
             if record:
-                table.add_dict(hit[0], record, rank=rank_of(raw))
+                entries.append((STEPPED, hit[0], rank_of(raw), record))
+                counts[STEPPED] += 1
                 continue
-        elif len(table) == 0 and (epoch := find_epoch(line)):
+        elif not counts[STEPPED] and (epoch := find_epoch(line)):
             record = extract_pairs(epoch[1])
             if record:
-                by_epoch.append((epoch[0], rank_of(raw), record))
+                entries.append((BY_EPOCH, epoch[0], rank_of(raw), record))
+                counts[BY_EPOCH] += 1
                 continue
-        elif len(table) == 0:
+        elif not counts[STEPPED]:
             record = extract_pairs(line)
             if len(record) >= 2:
-                indexless.append((rank_of(raw), record))
+                entries.append((INDEXLESS, None, rank_of(raw), record))
+                counts[INDEXLESS] += 1
                 continue
         if raw.strip():
             skipped += 1
-    from_index = False
-    if len(table) == 0 and by_epoch:
-        for epoch, rank, record in by_epoch:
-            table.add_dict(epoch, record, rank=rank)
-        skipped += len(indexless)
-    elif len(table) == 0 and indexless:
-        from_index = True
-        for index, (rank, record) in enumerate(indexless):
-            table.add_dict(index, record, rank=rank)
-    else:
-        skipped += len(indexless) + len(by_epoch)
+    kind = next((k for k in (STEPPED, BY_EPOCH, INDEXLESS) if counts[k]), STEPPED)
+    skipped += sum(counts) - counts[kind]
+    table = LogTable()
+    _replay(table, entries, kind)
     return ParsedLog(src.path, "text", guess_framework(table.metric_names), src.sha256, table.frame(),
-                     skipped, from_index)
+                     skipped, kind == INDEXLESS)
+
+
+def _replay(table: LogTable, entries: list, kind: int) -> None:
+    """Records of ``kind`` at their counter (or index), in file order; each overflow event at the
+    step being attempted: one after the step its line's bar shows or the last step logged before
+    it, or one after the event before it when that is later (each event is one skipped update)."""
+    last, index, event_step = 0, -1, None
+    for entry_kind, counter, rank, record in entries:
+        if entry_kind == EVENT:
+            before = counter if counter is not None else last
+            event_step = before + 1 if event_step is None or before >= event_step else event_step + 1
+            table.add_dict(event_step, record, rank=rank)
+        elif entry_kind == kind:
+            index += 1
+            last = index if kind == INDEXLESS else counter
+            table.add_dict(last, record, rank=rank)
 
 
 def sniff_text(src: SourceFile) -> float:

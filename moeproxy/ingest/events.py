@@ -1,0 +1,57 @@
+"""Overflow events: lines a mixed-precision loss scaler prints when it skips a step, which carry no
+step counter of their own.
+
+- DeepSpeed: ``OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32``
+- fairseq: ``| WARNING: overflow detected, setting loss scale to: 0.25``
+- apex amp / Megatron's old scaler: ``Gradient overflow.  Skipping step, loss scaler 0 reducing
+  loss scale to 16384.0``
+
+Each is one skipped update. Readers store it at the step being attempted (the last logged step + 1,
+or the step a tqdm bar on the same line shows + 1) as ``deepspeed/overflow`` = 1 with the scale it
+fell to (``deepspeed/reduced_loss_scale``) and, where printed, the scale it tried.
+"""
+
+from __future__ import annotations
+
+import re
+
+from moeproxy.ingest.values import parse_number
+
+# (at most 200 characters between two phrases: an unbounded ``.*?`` rescanned a long line from each
+# "overflow" in it)
+DEEPSPEED = re.compile(
+    r"overflow!.{0,200}?skipping step\.?\s*attempted loss scale:\s*([^,\s]+),?\s*reducing to\s*([^\s,]+)",
+    re.IGNORECASE,
+)
+REDUCED_ONLY = re.compile(
+    r"(?:overflow detected,\s*setting loss scale to|"
+    r"gradient overflow\.?\s*skipping step.{0,100}?reducing loss scale to)\s*:?\s*([^\s,]+)",
+    re.IGNORECASE,
+)
+TQDM_DONE = re.compile(r"\|\s*(\d+)/\d+\s*\[")
+
+
+def overflow_record(line: str) -> dict[str, float] | None:
+    """The record of an overflow event line, or None when the line is not one."""
+    if "verflow" not in line and "VERFLOW" not in line:
+        return None
+    m = DEEPSPEED.search(line)
+    if m:
+        attempted, reduced = parse_number(m.group(1)), parse_number(m.group(2))
+    else:
+        m = REDUCED_ONLY.search(line)
+        if not m:
+            return None
+        attempted, reduced = None, parse_number(m.group(1))
+    record = {"deepspeed/overflow": 1.0}
+    if attempted is not None:
+        record["deepspeed/attempted_loss_scale"] = attempted
+    if reduced is not None:
+        record["deepspeed/reduced_loss_scale"] = reduced
+    return record
+
+
+def bar_step(line: str) -> int | None:
+    """The step a tqdm bar on the event's line has completed (``378/2724 [``), or None."""
+    m = TQDM_DONE.search(line)
+    return int(m.group(1)) if m else None
