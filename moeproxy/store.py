@@ -3,8 +3,11 @@
 Tables: ``runs`` (name, role full|proxy|other, proxy_of, framework, format, meta), ``sources``
 (each ingested file with its sha256), ``metric_names`` (stored name <- original name, per run),
 ``scalars`` in long form (run, metric, step, value, attempt, rank, wall_time, source),
-``routing`` (run, step, layer, expert, load), ``findings`` (diagnoses with detector version) and
-``meta`` (schema version, a data-version counter for caches). Background jobs keep their state in
+``routing`` (run, step, layer, expert, load), ``findings`` (diagnoses with detector version),
+``watch_files`` (for each file ``moeproxy watch`` follows: the byte position and line count reached,
+written in the transaction that stores the rows read up to there), ``alerts`` (the alerts the
+watcher raised, so a restarted watcher raises none twice) and ``meta`` (schema version, a
+data-version counter for caches). Background jobs keep their state in
 their job folders (``moeproxy.jobs``), not here: a worker never needs the database's single
 writer slot while the dashboard reads.
 NaN and +-inf are values: stored as such (inserted through Arrow, which keeps them), never NULL.
@@ -40,7 +43,8 @@ import pyarrow as pa
 from moeproxy.contracts import GLOBAL_RANK, ROLES  # noqa: F401  (ROLES re-exported)
 from moeproxy.errors import InputError, NotFound, StoreBusy
 
-SCHEMA_VERSION = 2  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), sources.bytes (bytes parsed)
+SCHEMA_VERSION = 3  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), sources.bytes (bytes parsed);
+# 3: watch_files (how far `moeproxy watch` read each file, committed with its rows) and alerts
 ATTEMPT_MAX = 2**31 - 1
 
 _SCHEMA = """
@@ -64,6 +68,13 @@ CREATE TABLE IF NOT EXISTS routing (
 CREATE TABLE IF NOT EXISTS findings (
     run_id INTEGER NOT NULL, detector_version VARCHAR, created_at TIMESTAMPTZ, verdict VARCHAR,
     onset_step BIGINT, result JSON);
+""" + """
+CREATE TABLE IF NOT EXISTS watch_files (
+    source_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, path VARCHAR NOT NULL, device UBIGINT, inode UBIGINT,
+    position BIGINT NOT NULL, lines BIGINT NOT NULL, format VARCHAR, header BLOB, index_base BIGINT NOT NULL,
+    updated_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS alerts (
+    run_id INTEGER NOT NULL, verdict VARCHAR NOT NULL, onset_step BIGINT, raised_at TIMESTAMPTZ, alert JSON);
 """
 
 
@@ -150,14 +161,16 @@ class Store:
 
     def _migrate(self, con, version: str) -> None:
         """Bring a store of an older schema up to this one, in place (one transaction)."""
-        if version != "1":
+        if version not in ("1", "2"):
             con.close()
             raise InputError(f"{self.path}: run database of schema {version}, this moeproxy knows up to "
                              f"{SCHEMA_VERSION}; upgrade moeproxy or use another --db")
         con.execute("BEGIN TRANSACTION")
-        con.execute("ALTER TABLE sources ADD COLUMN IF NOT EXISTS bytes BIGINT")
-        con.execute("ALTER TABLE scalars ALTER attempt SET DATA TYPE INTEGER")
-        con.execute("ALTER TABLE routing ALTER attempt SET DATA TYPE INTEGER")
+        if version == "1":
+            con.execute("ALTER TABLE sources ADD COLUMN IF NOT EXISTS bytes BIGINT")
+            con.execute("ALTER TABLE scalars ALTER attempt SET DATA TYPE INTEGER")
+            con.execute("ALTER TABLE routing ALTER attempt SET DATA TYPE INTEGER")
+        con.execute(_SCHEMA)  # 2 -> 3: the new tables (watch_files, alerts); existing ones are kept
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
         con.execute("COMMIT")
 
@@ -352,12 +365,30 @@ class Store:
     # -- writes that are not ingests --------------------------------------------------------
     def save_findings(self, run: str, result: dict, detector_version: str) -> None:
         with self.write() as tx:
-            run_id = self._run_id(tx.con, run)
-            tx.con.execute(
-                "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?)",
-                [run_id, detector_version, _now(), result.get("verdict"), result.get("onset_step"),
-                 json.dumps(result, allow_nan=False, default=str)],
-            )
+            tx.add_findings(self._run_id(tx.con, run), result, detector_version)
+
+    # -- what `moeproxy watch` keeps -------------------------------------------------------------
+    def watch_positions(self) -> list[dict]:
+        """Every file a watcher followed: run, path, device/inode, the byte position and line count
+        reached, format, header, index base, and the sha256 of the bytes [0, position)."""
+        with self.read() as con:
+            return con.execute(
+                "SELECT w.*, r.name AS run, s.sha256 FROM watch_files w JOIN runs r USING (run_id) "
+                "JOIN sources s USING (source_id) ORDER BY w.source_id").df().to_dict("records")
+
+    def alerts(self, run: str | None = None) -> list[dict]:
+        """The alerts raised (the JSON objects, oldest first), of one run or of all."""
+        with self.read() as con:
+            where, params = ("WHERE r.name = ?", [run]) if run is not None else ("", [])
+            rows = con.execute(f"SELECT a.alert FROM alerts a JOIN runs r USING (run_id) {where} "
+                               "ORDER BY a.raised_at", params).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def watched_runs(self) -> pd.DataFrame:
+        """run, last_update: when a watcher last stored rows of each run it follows."""
+        with self.read() as con:
+            return con.execute("SELECT r.name AS run, max(w.updated_at) AS last_update FROM watch_files w "
+                               "JOIN runs r USING (run_id) GROUP BY r.name ORDER BY r.name").df()
 
     def set_role(self, run: str, role: str, proxy_of: str | None = None) -> None:
         """Mark a run full/proxy/other; a proxy may name the full run it stands in for."""
@@ -374,7 +405,7 @@ class Store:
     def delete_run(self, run: str) -> None:
         with self.write() as tx:
             run_id = self._run_id(tx.con, run)
-            for table in ("scalars", "routing", "metric_names", "sources", "findings"):
+            for table in ("scalars", "routing", "metric_names", "sources", "findings", "watch_files", "alerts"):
                 tx.con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
             tx.con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
             tx.con.execute("UPDATE runs SET proxy_of = NULL WHERE proxy_of = ?", [run])
@@ -470,6 +501,31 @@ class Transaction:
         finally:
             self.con.unregister("new_keys")
         return int(latest) + 1 if overlap else int(latest)
+
+    def add_findings(self, run_id: int, result: dict, detector_version: str) -> None:
+        self.con.execute(
+            "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?)",
+            [run_id, detector_version, _now(), result.get("verdict"), result.get("onset_step"),
+             json.dumps(result, allow_nan=False, default=str)],
+        )
+
+    def add_alert(self, run_id: int, alert: dict) -> None:
+        self.con.execute("INSERT INTO alerts VALUES (?, ?, ?, ?, ?)",
+                         [run_id, alert["verdict"], alert.get("onset_step"), _now(),
+                          json.dumps(alert, allow_nan=False, default=str)])
+
+    def update_source(self, source_id: int, totals: dict) -> None:
+        """The running totals of a source that grows (a watched file): rows, steps, sha256, bytes..."""
+        columns = ("sha256", "rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines", "bytes")
+        self.con.execute(f"UPDATE sources SET {', '.join(f'{c} = ?' for c in columns)}, ingested_at = ? "
+                         "WHERE source_id = ?", [totals[c] for c in columns] + [_now(), source_id])
+
+    def save_watch_position(self, position: dict) -> None:
+        """How far a watched file was read (stored with the rows read up to there)."""
+        columns = ("source_id", "run_id", "path", "device", "inode", "position", "lines", "format", "header",
+                   "index_base")
+        self.con.execute(f"INSERT OR REPLACE INTO watch_files ({', '.join(columns)}, updated_at) "
+                         f"VALUES ({', '.join('?' * len(columns))}, ?)", [position[c] for c in columns] + [_now()])
 
     def add_source(self, run_id: int, summary: dict) -> int:
         source_id = _first(self.con.execute("SELECT nextval('source_id_seq')"))[0]
