@@ -86,7 +86,9 @@ class IngestResult(list):
         self.skipped: list[SkippedFile] = list(skipped)
 
 
-def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
+def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False) -> ParsedLog:
+    """Parse one file (its format sniffed unless ``fmt`` names one). ``allow_empty``: a file of no
+    metric values gives an empty frame instead of an error (a watched file's new lines may be prose)."""
     src, log_format = open_and_detect(path, fmt)
     try:
         parsed = log_format.parse(src)
@@ -98,7 +100,7 @@ def parse_file(path: str | Path, fmt: str = "auto") -> ParsedLog:
         if "integer string conversion" in str(exc):  # a counter of more than 4,300 digits
             raise InputError(f"{src.path}: a number of more than 4,300 digits; not a training log value") from None
         raise
-    if parsed.frame.empty:
+    if parsed.frame.empty and not allow_empty:
         raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
     parsed.sha256 = src.checked_sha256()  # exactly the bytes parsed, however the parser read them
     parsed.bytes_parsed = src.end
@@ -221,9 +223,20 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
 def _store_one(tx, parsed: ParsedLog, frame, run_name: str, role: str, proxy_of: str | None,
                summary: IngestSummary) -> IngestSummary:
     """Write one run's frame (names mapped, units applied, series derived, attempts offset)."""
+    run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
+    frame, routing, names = rows_to_store(tx, run_id, frame)
+    record = summary.to_dict() | {"sha256": parsed.sha256}
+    source_id = tx.add_source(run_id, record)
+    write_rows(tx, run_id, source_id, frame, routing, names)
+    return summary
+
+
+def rows_to_store(tx, run_id: int, frame):
+    """(scalars, routing rows, {original: stored name}) of a parsed frame as the run stores them:
+    expert loads moved to routing, names mapped, units applied, series derived, and the attempts
+    offset past the run's latest when the rows repeat a stored step (a restart)."""
     from moeproxy.ingest.derive import apply_units, derive_series, split_routing
 
-    run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
     frame, routing = split_routing(frame)
     originals = [str(m) for m in frame["metric"].cat.categories]
     mapping = resolve_names(originals, tx.metric_mapping(run_id))
@@ -234,9 +247,10 @@ def _store_one(tx, parsed: ParsedLog, frame, run_name: str, role: str, proxy_of:
     if offset:
         frame = frame.assign(attempt=frame["attempt"] + offset)
         routing = routing.assign(attempt=routing["attempt"] + offset)
-    record = summary.to_dict() | {"sha256": parsed.sha256}
-    source_id = tx.add_source(run_id, record)
-    tx.add_metric_names(run_id, mapping | derived)
+    return frame, routing, mapping | derived
+
+
+def write_rows(tx, run_id: int, source_id: int, frame, routing, names: dict[str, str]) -> None:
+    tx.add_metric_names(run_id, names)
     tx.add_scalars(run_id, source_id, frame)
     tx.add_routing(run_id, source_id, routing)
-    return summary
