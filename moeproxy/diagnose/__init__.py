@@ -15,7 +15,7 @@ from moeproxy.diagnose.render import render_text
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CATEGORIES, MAIN_CATEGORIES, SECONDARY_CATEGORIES, Finding
 
-DETECTOR_VERSION = "diagnose-1.2"  # 1.2: real-log rules, confidence
+DETECTOR_VERSION = "diagnose-1.3"  # 1.2: real-log rules, confidence; 1.3: mismatch with blow-up, overflow events
 
 __all__ = [
     "CATEGORIES", "DETECTORS", "DETECTOR_VERSION", "DiagnoseConfig", "Finding", "MAIN_CATEGORIES",

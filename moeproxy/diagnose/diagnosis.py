@@ -17,7 +17,8 @@ from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import all_detectors
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
-from moeproxy.diagnose.verdict import choose_verdict, order_findings, promote_damaging_spikes
+from moeproxy.diagnose.verdict import (choose_verdict, demote_blowup_mismatch, order_findings,
+                                       promote_damaging_spikes)
 
 
 def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
@@ -32,6 +33,7 @@ def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
     for name in names:
         findings.extend(registry[name].detect(run, config))
     findings = promote_damaging_spikes(findings, run.span, config.tie_fraction)
+    findings = demote_blowup_mismatch(findings, run, config.tie_fraction)
     verdict, onset = choose_verdict(findings, run.span, config.tie_fraction)
     confidence, why = assess(run, verdict, onset, findings)
     return {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,

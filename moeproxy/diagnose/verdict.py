@@ -9,9 +9,13 @@ then reward/length), so an overflow that follows a divergence is reported as its
 
 from __future__ import annotations
 
+import numpy as np
+
+from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import (CAUSAL_ORDER, CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, HEALTHY,
-                                        KL_EXPLOSION, LENGTH_BLOWUP, MAIN_CATEGORIES, REWARD_COLLAPSE,
-                                        SEVERITIES, Finding)
+                                        KL_EXPLOSION, LENGTH_BLOWUP, MAIN_CATEGORIES, PRECISION_MISMATCH,
+                                        REWARD_COLLAPSE, SEVERITIES, WARNING, Finding)
 
 
 # Lasting changes that a single bad update can leave behind.
@@ -32,6 +36,55 @@ def promote_damaging_spikes(findings: list[Finding], span: int, tie_fraction: fl
                 f = Finding(f.category, f.onset_step, CRITICAL, f.metric, "damaging_spike",
                             f"{f.evidence}, but {hit.metric} changed for good from step {hit.onset_step} "
                             f"({hit.category}): the update at step {f.onset_step} diverged the policy")
+        out.append(f)
+    return out
+
+
+BLOWUP_FACTOR = 2.0  # entropy doubled and stayed doubled: the entropy detector's blow-up, too
+
+
+def entropy_blowup_start(run: RunSeries, before_step: int) -> int | None:
+    """The first step from which the policy entropy stays at least ``BLOWUP_FACTOR`` times its recent
+    level before ``before_step`` (the median of the last tenth of the records before it, at least
+    three: healthy GRPO entropy drifts down, so the run's start is no baseline) to the end of the
+    run, or None (no entropy logged, fewer than two records before, or no lasting blow-up)."""
+    found = run.resolve("policy_entropy")
+    if found is None:
+        return None
+    s = found[1][np.isfinite(found[1].to_numpy())]
+    base = s[s.index < before_step].to_numpy()
+    base = base[-max(3, len(s) // 10):]
+    if len(base) < 2 or not np.median(base) > 0:
+        return None
+    up = s.to_numpy() >= BLOWUP_FACTOR * float(np.median(base))
+    if not up[-1]:
+        return None
+    down = np.flatnonzero(~up)
+    first = int(down[-1]) + 1 if down.size else 0
+    return int(s.index[first])
+
+
+def demote_blowup_mismatch(findings: list[Finding], run: RunSeries, tie_fraction: float) -> list[Finding]:
+    """A train/rollout gap that opens together with an entropy blow-up is a symptom of the policy
+    blowing up, not a precision fault: a near-uniform policy samples low-probability tokens, where
+    the two engines' log-probs disagree most (shared/research/logs-and-failures.md §2 row 3). A
+    precision fault opens the gap while the policy is still sharp and entropy follows later, if at
+    all. Such a mismatch finding becomes a warning when another critical main finding names the
+    lasting outcome (reward collapse, divergence, ...); alone it stays the verdict."""
+    tie = max(0.0, tie_fraction * run.span)
+    others = [f for f in findings if f.severity == CRITICAL and f.category in MAIN_CATEGORIES
+              and f.category != PRECISION_MISMATCH]
+    if not others:
+        return findings
+    out = []
+    for f in findings:
+        if f.category == PRECISION_MISMATCH and f.severity == CRITICAL and f.onset_step is not None:
+            start = entropy_blowup_start(run, f.onset_step)
+            if start is not None and start - f.onset_step <= tie:
+                f = Finding(f.category, f.onset_step, WARNING, f.metric, "mismatch_with_blowup",
+                            f"{f.evidence}; but the policy entropy blew up with it (x{fmt(BLOWUP_FACTOR)} and "
+                            f"staying from step {start}): a gap opened by the policy blowing up, not by "
+                            f"the engines' precision")
         out.append(f)
     return out
 
