@@ -18,6 +18,7 @@ from moeproxy.errors import MoeproxyError
 # name -> module; the order is the order in --help.
 COMMANDS: dict[str, str] = {
     "ingest": "moeproxy.commands.ingest",
+    "watch": "moeproxy.commands.watch",
     "runs": "moeproxy.commands.runs",
     "export": "moeproxy.commands.export",
     "formats": "moeproxy.commands.formats",

@@ -370,10 +370,11 @@ class Store:
     # -- what `moeproxy watch` keeps -------------------------------------------------------------
     def watch_positions(self) -> list[dict]:
         """Every file a watcher followed: run, path, device/inode, the byte position and line count
-        reached, format, header, index base, and the sha256 of the bytes [0, position)."""
+        reached, format, header, index base, and its source's totals and sha256 of [0, position)."""
         with self.read() as con:
             return con.execute(
-                "SELECT w.*, r.name AS run, s.sha256 FROM watch_files w JOIN runs r USING (run_id) "
+                "SELECT w.*, r.name AS run, s.sha256, s.rows, s.steps, s.metrics, s.nonfinite, s.attempts, "
+                "s.skipped_lines FROM watch_files w JOIN runs r USING (run_id) "
                 "JOIN sources s USING (source_id) ORDER BY w.source_id").df().to_dict("records")
 
     def alerts(self, run: str | None = None) -> list[dict]:

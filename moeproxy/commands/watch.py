@@ -1,0 +1,55 @@
+"""moeproxy watch: follow the logs of running jobs, ingest what they append, alert at the first
+critical finding; stops cleanly on SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+HELP = "follow growing training logs: ingest new lines as they come, re-diagnose, alert at the first critical finding"
+
+
+def add_arguments(parser) -> None:
+    from moeproxy.commands.common import add_db_option
+
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="log files or run directories (one run per directory, named after it)")
+    parser.add_argument("--run", metavar="NAME", help="run name for all PATHs (default: derived from each path)")
+    parser.add_argument("--role", choices=("full", "proxy", "other"), default="other",
+                        help="full run, proxy run, or other (default: other)")
+    parser.add_argument("--proxy-of", metavar="RUN", help="for a proxy run: the full run it stands in for")
+    parser.add_argument("--alerts", metavar="FILE.jsonl", help="append each alert to this file as one JSON line")
+    parser.add_argument("--webhook", metavar="URL", help="POST each alert's JSON to this URL (background, with retries)")
+    parser.add_argument("--interval", metavar="SECONDS", type=float, default=1.0,
+                        help="seconds between looks at the files (default: 1)")
+    parser.add_argument("--once", action="store_true",
+                        help="ingest what the files hold now, diagnose, alert, and exit (no following)")
+    add_db_option(parser)
+
+
+def run(args) -> int:
+    import signal
+    import threading
+
+    from moeproxy.commands.common import open_store
+    from moeproxy.watch import WatchConfig, Watcher
+
+    config = WatchConfig(paths=args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
+                         alerts=args.alerts, webhook=args.webhook, interval=args.interval)
+    store = open_store(args)
+    stop = threading.Event()
+
+    def stop_watching(signum, frame):
+        stop.set()
+
+    previous = {sig: signal.signal(sig, stop_watching) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        watcher = Watcher(config, store)
+        watcher.start()
+        if not args.once:
+            print(f"watching {len(args.paths)} path{'s' if len(args.paths) != 1 else ''} into {store.label} "
+                  f"every {config.interval:g} s (Ctrl-C or SIGTERM stops)", flush=True)
+        watcher.run(stop, once=args.once)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not args.once:
+        print("moeproxy watch: stopped", flush=True)
+    return 0

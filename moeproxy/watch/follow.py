@@ -1,0 +1,282 @@
+"""Following one growing log file: which of its bytes are new and complete, parsed by the reader
+that ``moeproxy ingest`` uses.
+
+A ``FollowedFile`` is one file, known by device and inode, so that a rotated file is still itself
+under its new name; its open descriptor keeps a file renamed or deleted away readable to its end.
+``pending()`` reads the bytes after the committed position up to the last complete line (text
+formats) or the last complete record (TensorBoard's length-prefixed records): a trailing
+half-written line or record waits for its end. The bytes are parsed through a scratch copy, with
+the file's format (detected once, on its first bytes) and the file's header (a CSV's first line,
+put back before each chunk); record-index steps run on from where the last chunk ended.
+``commit(chunk)`` advances the position, line count and running sha256; the watcher calls it only
+once the store transaction holding the chunk's rows and that position has committed, so until then
+the same bytes are read again. A file that shrank, or whose bytes just before the position changed,
+was rewritten from the start: it is read again from 0 as a new source (its steps become a new
+attempt of the run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moeproxy.errors import InputError
+from moeproxy.ingest import ParsedLog, parse_file
+from moeproxy.ingest.detect import open_and_detect
+from moeproxy.ingest.registry import FORMATS
+from moeproxy.ingest.source import HEAD_BYTES
+
+# formats whose files are whole documents rewritten at each save, not appended to: not followed
+WHOLE_DOCUMENT = frozenset({"hf-trainer-state", "json-records", "megatron-golden", "table"})
+# formats with header lines that every chunk needs in front of it
+HEADER_LINES = {"csv": 1}
+TAIL_CHECK = 64  # bytes before the position compared at each poll (a rewrite changes them)
+MAX_DROPPED_PER_CHUNK = 100
+_LINE = re.compile(r"\bline (\d+)\b")
+
+
+class FollowError(InputError):
+    """This file cannot be followed further (the message names it); others go on."""
+
+
+@dataclass
+class Chunk:
+    """New complete bytes of one file, parsed: ``frame`` is empty when they hold no metric values."""
+
+    file: "FollowedFile"
+    start: int
+    end: int
+    data: bytes
+    lines: int
+    parsed: ParsedLog | None
+    index_base: int  # the record index the next chunk starts from
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def frame(self):
+        return self.parsed.frame if self.parsed is not None else None
+
+    def sha256(self) -> str:
+        h = self.file.hasher.copy()
+        h.update(self.data)
+        return h.hexdigest()
+
+
+@dataclass
+class FollowedFile:
+    path: Path
+    run: str
+    scratch: Path  # a private folder for the scratch copies
+    fd: int = -1
+    identity: tuple[int, int] = (0, 0)
+    position: int = 0
+    lines: int = 0
+    format: str | None = None
+    header: bytes = b""
+    index_base: int = 0
+    source_id: int | None = None
+    totals: dict = field(default_factory=dict)
+    hasher: "hashlib._Hash" = field(default_factory=hashlib.sha256)
+    tail: bytes = b""
+    failed: str | None = None  # why the file is no longer followed
+    unrecognised_at: int = -1  # the size at which detection last failed
+    fresh_start: bool = False  # read again from 0 after a rewrite: the caller says so
+
+    @classmethod
+    def open(cls, path: Path, run: str, scratch: Path) -> "FollowedFile":
+        fd = open_regular(path)
+        st = os.fstat(fd)
+        return cls(path, run, scratch, fd, (st.st_dev, st.st_ino))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    @property
+    def binary(self) -> bool:
+        return self.format is not None and FORMATS[self.format].binary
+
+    # -- resuming after a restart --------------------------------------------------------------
+    def resume(self, saved: dict) -> bool:
+        """Take up a stored position when the file still holds exactly the bytes read up to it
+        (their sha256 matches); False (and nothing changed) when it was rewritten meanwhile."""
+        position = int(saved["position"])
+        if self.size() < position:
+            return False
+        h = hashlib.sha256()
+        at = 0
+        while at < position:
+            data = os.pread(self.fd, min(1 << 20, position - at), at)
+            if not data:
+                return False
+            h.update(data)
+            at += len(data)
+        if h.hexdigest() != saved["sha256"]:
+            return False
+        self.position, self.lines, self.hasher = position, int(saved["lines"]), h
+        self.format, self.header = saved["format"], bytes(saved["header"] or b"")
+        self.index_base, self.source_id = int(saved["index_base"]), int(saved["source_id"])
+        self.totals = {k: saved[k] for k in ("rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines")}
+        self.tail = os.pread(self.fd, min(TAIL_CHECK, position), position - min(TAIL_CHECK, position))
+        return True
+
+    # -- reading ---------------------------------------------------------------------------------
+    def rewritten(self, size: int) -> bool:
+        if size < self.position:
+            return True
+        return bool(self.tail) and os.pread(self.fd, len(self.tail), self.position - len(self.tail)) != self.tail
+
+    def restart_from_zero(self) -> None:
+        self.position = self.lines = self.index_base = 0
+        self.format, self.header, self.source_id, self.totals = None, b"", None, {}
+        self.hasher, self.tail, self.unrecognised_at = hashlib.sha256(), b"", -1
+        self.fresh_start = True
+
+    def pending(self, max_bytes: int = 16 << 20) -> Chunk | None:
+        """The new complete bytes, parsed; None when there are none (or the format is not yet
+        recognisable). Raises FollowError when the file cannot be followed."""
+        size = self.size()
+        if self.rewritten(size):
+            self.restart_from_zero()
+        if size <= self.position or (self.format is None and size == self.unrecognised_at):
+            return None
+        data = os.pread(self.fd, min(size - self.position, max_bytes), self.position)
+        if self.format is None:
+            self._detect(data, size)
+            if self.format is None:
+                return None
+        data = self._complete(data, size)
+        if not data:
+            return None
+        return self._parse(data)
+
+    def _detect(self, data: bytes, size: int) -> None:
+        """The format of the file's first bytes (complete lines only): waits while too few lines
+        are there to tell, gives up (FollowError) once the first 64 KiB tell nothing."""
+        head = data if self._looks_binary_records(data) else data[: data.rfind(b"\n") + 1]
+        if not head:
+            return
+        try:
+            fmt = self._detect_bytes(head[:HEAD_BYTES])
+        except InputError as exc:
+            if len(head) >= HEAD_BYTES or size >= 4 * HEAD_BYTES:
+                raise FollowError(self._real(str(exc), 0)) from None
+            self.unrecognised_at = size
+            return
+        if fmt in WHOLE_DOCUMENT:
+            raise FollowError(f"{self.path}: a {fmt} file is rewritten whole, not appended to: not followed "
+                              "(ingest it with `moeproxy ingest` when it is complete)")
+        self.format = fmt
+        if fmt in HEADER_LINES:
+            self.header = b"".join(data.splitlines(keepends=True)[: HEADER_LINES[fmt]])
+
+    @staticmethod
+    def _looks_binary_records(data: bytes) -> bool:
+        return b"brain.Event:" in data[:256]
+
+    def _complete(self, data: bytes, size: int) -> bytes:
+        """The longest prefix of complete lines (or records) of the bytes read."""
+        if self.binary:
+            return data[: complete_records(data, self.path, self.position)]
+        return data[: data.rfind(b"\n") + 1]
+
+    def _parse(self, data: bytes) -> Chunk:
+        skip_header = self.position == 0 and bool(self.header)
+        body = data[len(self.header):] if skip_header else data
+        dropped: list[str] = []
+        # a line of the scratch copy is this many lines later in the file (the header line put
+        # back in front of a later chunk is the file's first line, counted already)
+        lines_before = self.lines - (HEADER_LINES.get(self.format, 0) if self.header and not skip_header else 0)
+        while True:
+            try:
+                parsed = self._parse_bytes(self.header + body if self.header else body, self.format)
+                break
+            except InputError as exc:
+                message = str(exc)
+                m = _LINE.search(message)
+                line = int(m.group(1)) - (HEADER_LINES.get(self.format, 0) if self.header else 0) if m else 0
+                body_lines = body.splitlines(keepends=True)
+                if self.binary or not 1 <= line <= len(body_lines) or len(dropped) >= MAX_DROPPED_PER_CHUNK:
+                    raise FollowError(self._real(message, lines_before)) from None
+                dropped.append(self._real(message, lines_before) + ": line skipped")
+                body = b"".join(body_lines[: line - 1] + [b"\n"] + body_lines[line:])  # line count kept
+        index_base = self.index_base
+        if parsed.step_from_index and not parsed.frame.empty:
+            parsed.frame["step"] += self.index_base
+            index_base = int(parsed.frame["step"].max()) + 1
+        return Chunk(self, self.position, self.position + len(data), data, data.count(b"\n"),
+                     parsed, index_base, dropped + [self._real(w, lines_before) for w in parsed.warnings])
+
+    def _parse_bytes(self, data: bytes, fmt: str) -> ParsedLog:
+        return self._with_copy(data, lambda copy: parse_file(copy, fmt, allow_empty=True))
+
+    def _detect_bytes(self, data: bytes) -> str:
+        def detect(copy: Path) -> str:
+            src, log_format = open_and_detect(copy)
+            return log_format.name
+
+        return self._with_copy(data, detect)
+
+    def _with_copy(self, data: bytes, read):
+        """``read(path)`` of the bytes written as a file of their own, in a folder named like the
+        file's (readers that take a rank from the folder name see the same name)."""
+        folder = self.scratch / (self.path.parent.name or "root")
+        folder.mkdir(parents=True, exist_ok=True)
+        copy = folder / self.path.name
+        copy.write_bytes(data)
+        try:
+            return read(copy)
+        finally:
+            copy.unlink(missing_ok=True)
+
+    def _real(self, message: str, lines_before: int) -> str:
+        """A reader's message about the scratch copy, about the file: its path and line numbers."""
+        copy = str(self.scratch / (self.path.parent.name or "root") / self.path.name)
+        message = message.replace(copy, str(self.path))
+        if not message.startswith(str(self.path)):
+            message = f"{self.path}: {message}"
+        return _LINE.sub(lambda m: f"line {int(m.group(1)) + lines_before}", message)
+
+    def commit(self, chunk: Chunk) -> None:
+        """The chunk's rows and position are stored: move on past it."""
+        self.hasher.update(chunk.data)
+        self.position, self.lines, self.index_base = chunk.end, self.lines + chunk.lines, chunk.index_base
+        self.tail = (self.tail + chunk.data)[-TAIL_CHECK:]
+        self.fresh_start = False
+
+
+def complete_records(data: bytes, path: Path, offset: int) -> int:
+    """How many leading bytes of ``data`` are whole TensorBoard records (``length (8) | crc (4) |
+    payload | crc (4)``); a length whose checksum is wrong is a FollowError naming its offset."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    at = 0
+    while at + 12 <= len(data):
+        length, length_crc = struct.unpack_from("<QI", data, at)
+        if masked_crc32c(data[at:at + 8]) != length_crc:
+            raise FollowError(f"{path}: record at offset {offset + at}: corrupt (length checksum mismatch)")
+        if at + 12 + length + 4 > len(data):
+            break
+        at += 12 + length + 4
+    return at
+
+
+def open_regular(path: Path) -> int:
+    """A read descriptor of a regular file (never blocking on a FIFO); InputError otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: not a regular file; not followed")
+    return fd

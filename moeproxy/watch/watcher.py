@@ -1,0 +1,358 @@
+"""The watcher: follows the log files of running jobs, stores what they append, re-diagnoses the
+runs that grew, and raises an alert at a run's first critical finding.
+
+One cycle (every ``interval`` seconds): scan the watched paths (new files, rotated ones), read each
+followed file's new complete bytes (``follow.FollowedFile``), store them in one short transaction
+together with each file's new position, diagnose the runs that grew, then record and emit each
+alert whose (verdict, onset) the run has not raised before (``alerts``).
+
+Concurrency: DuckDB lets one process at a time open the database file (a second process's open
+fails on the file lock; ``Store`` retries). So the watcher holds no connection between cycles:
+each transaction opens the file, writes, commits and closes it (tens of milliseconds), and the
+dashboard, ``moeproxy runs`` or ``moeproxy ingest`` open it in between. When another process holds
+the file for longer than the store's lock timeout the cycle's bytes stay unread, and the next
+cycle tries again: nothing is skipped.
+
+Restart safety: the position reached in each file is written in the transaction that stores its
+rows, and alerts are recorded before they are emitted; a watcher killed at any point and started
+again takes up each file where its last commit left it (when the bytes up to there are unchanged:
+their sha256 is checked) and raises no alert twice.
+
+When a run is diagnosed: as soon as new rows hold a non-finite value, or a value outside the range
+its metric had so far by more than that range (a first overflow, spike, loss-scale drop or skipped
+step), else at most every ``diagnose_every`` seconds (slow trends); and once at start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from moeproxy.contracts import ROLES
+from moeproxy.errors import InputError, StoreBusy
+from moeproxy.ingest import default_run_name, rows_to_store, write_rows
+from moeproxy.watch.alerts import AlertSink, make_alert
+from moeproxy.watch.follow import Chunk, FollowedFile, FollowError
+
+
+@dataclass
+class WatchConfig:
+    """What ``moeproxy watch`` follows and how; validated when made."""
+
+    paths: list[str]
+    run: str | None = None
+    role: str = "other"
+    proxy_of: str | None = None
+    alerts: str | None = None
+    webhook: str | None = None
+    interval: float = 1.0
+    diagnose_every: float = 10.0
+    max_chunk_bytes: int = 16 << 20
+
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise InputError("watch needs at least one PATH (a log file or a run directory)")
+        if self.role not in ROLES:
+            raise InputError(f"--role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if not (0 < self.interval <= 3600) or not (0 <= self.diagnose_every <= 86400):
+            raise InputError("--interval must be between 0 and 3600 seconds")
+        if self.webhook is not None and not self.webhook.startswith(("http://", "https://")):
+            raise InputError(f"--webhook {self.webhook!r}: an http:// or https:// URL")
+        if self.proxy_of is not None and self.proxy_of == self.run:
+            raise InputError(f"run {self.run!r} cannot be a proxy of itself")
+
+
+@dataclass
+class RunState:
+    """What the watcher knows of one run between cycles."""
+
+    envelope: dict = field(default_factory=dict)  # metric -> (min, max) of the finite values stored
+    due: bool = True  # diagnose at the next chance (new rows arrived)
+    urgent: bool = True  # ... at once (a non-finite value or a jump out of the envelope)
+    last_diagnosed: float = 0.0
+    raised: set | None = None  # (verdict, onset) pairs alerted, from the store at first use
+    saved: tuple | None = None  # (verdict, onset, confidence) last written to findings
+
+
+@dataclass
+class CycleReport:
+    rows: int = 0
+    files: int = 0
+    diagnosed: int = 0
+    alerts: list = field(default_factory=list)
+
+
+class Watcher:
+    def __init__(self, config: WatchConfig, store, out=None, err=None) -> None:
+        self.config, self.store = config, store
+        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.sink = AlertSink(config.alerts, config.webhook, self.out, self.err)
+        self.files: dict[tuple[int, int], FollowedFile] = {}
+        self.runs: dict[str, RunState] = {}
+        self.saved: dict[int, dict] = {}  # source_id -> stored position (to resume a file seen again)
+        self.scratch = Path(tempfile.mkdtemp(prefix="moeproxy-watch-"))
+        self._said: set[str] = set()
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.config.proxy_of is not None and not self.store.has_run(self.config.proxy_of):
+            raise InputError(f"--proxy-of {self.config.proxy_of!r}: no such run; ingest the full run first")
+        self.saved = {int(p["source_id"]): p for p in self.store.watch_positions()}
+        self._started = True
+
+    def run(self, stop: threading.Event | None = None, once: bool = False) -> None:
+        """Cycle until ``stop`` is set (or, ``once``, until a cycle finds nothing new)."""
+        stop = stop or threading.Event()
+        if not self._started:
+            self.start()
+        try:
+            while not stop.is_set():
+                report = self.cycle()
+                if once and not report.files:
+                    break
+                if not once:
+                    stop.wait(self.config.interval)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.sink.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def say(self, message: str, once_key: str | None = None, err: bool = False) -> None:
+        if once_key is not None:
+            if once_key in self._said:
+                return
+            self._said.add(once_key)
+        print(message, file=self.err if err else self.out, flush=True)
+
+    # -- one cycle -------------------------------------------------------------------------------
+    def cycle(self) -> CycleReport:
+        report = CycleReport()
+        self._scan()
+        chunks = self._read()
+        if chunks:
+            try:
+                stored = self._store(chunks)
+            except StoreBusy as exc:
+                self.say(f"moeproxy watch: {exc}; trying again", err=True)
+                stored = []
+            for chunk, result in stored:
+                self._committed(chunk, result, report)
+        report.diagnosed = self._diagnose(report)
+        return report
+
+    def _scan(self) -> None:
+        """Follow every regular file under the watched paths; let go of those gone and read to the end."""
+        seen: set[tuple[int, int]] = set()
+        for given in self.config.paths:
+            p = Path(given).absolute()
+            if p.is_dir():
+                found = sorted(f for f in p.rglob("*") if not any(part.startswith(".") for part in f.relative_to(p).parts))
+            else:
+                found = [p]
+            for path in found:
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                if not path.is_file():
+                    continue
+                key = (st.st_dev, st.st_ino)
+                seen.add(key)
+                if key in self.files:
+                    self.files[key].path = path  # renamed (rotated): still the same file
+                    continue
+                self._follow(path, self.config.run or default_run_name(path, p))
+        for key, f in list(self.files.items()):
+            if key not in seen and (f.failed or f.size() <= f.position):
+                f.close()
+                del self.files[key]
+
+    def _follow(self, path: Path, run: str) -> None:
+        try:
+            f = FollowedFile.open(path, run, self.scratch)
+        except InputError as exc:
+            self.say(f"moeproxy watch: {exc}", once_key=f"open:{path}", err=True)
+            return
+        taken = {g.source_id for g in self.files.values()}
+        candidates = [s for s in self.saved.values() if s["run"] == run and int(s["source_id"]) not in taken
+                      and ((int(s["device"] or 0), int(s["inode"] or 0)) == f.identity or s["path"] == str(path))]
+        candidates.sort(key=lambda s: ((int(s["device"] or 0), int(s["inode"] or 0)) != f.identity, -int(s["source_id"])))
+        for saved in candidates:
+            if f.resume(saved):
+                self.say(f"{path}: run {run!r}, taken up at byte {f.position:,} (line {f.lines:,})")
+                self.runs.setdefault(run, RunState())  # diagnosed once: an alert a killed watcher owed
+                break
+        self.files[f.identity] = f
+
+    def _read(self) -> list[Chunk]:
+        chunks = []
+        for f in self.files.values():
+            if f.failed:
+                continue
+            try:
+                chunk = f.pending(self.config.max_chunk_bytes)
+            except (FollowError, InputError) as exc:
+                f.failed = str(exc)
+                self.say(f"moeproxy watch: {exc}; no longer followed", err=True)
+                continue
+            except OSError as exc:
+                self.say(f"moeproxy watch: {f.path}: {exc.strerror}; trying again", once_key=f"os:{f.path}", err=True)
+                continue
+            if chunk is not None:
+                if f.fresh_start:
+                    self.say(f"{f.path}: rewritten from the start; read again as a new attempt of run {f.run!r}")
+                    f.fresh_start = False
+                for warning in chunk.warnings:
+                    self.say(f"moeproxy watch: warning: {warning}", err=True)
+                chunks.append(chunk)
+        return chunks
+
+    def _store(self, chunks: list[Chunk]) -> list[tuple[Chunk, dict | None]]:
+        """Store the chunks' rows and positions in one transaction (a chunk that fails alone is
+        named, its file no longer followed, and the others stored without it)."""
+        try:
+            with self.store.write() as tx:
+                return [(chunk, self._store_chunk(tx, chunk)) for chunk in chunks]
+        except InputError as exc:
+            if len(chunks) == 1:
+                chunks[0].file.failed = str(exc)
+                self.say(f"moeproxy watch: {chunks[0].file.path}: {exc}; no longer followed", err=True)
+                return []
+        out = []
+        for chunk in chunks:
+            out += self._store([chunk])
+        return out
+
+    def _store_chunk(self, tx, chunk: Chunk) -> dict | None:
+        f, parsed = chunk.file, chunk.parsed
+        has_rows = not parsed.frame.empty
+        if f.source_id is None and not has_rows:
+            return None  # nothing stored yet: the position is kept in memory only
+        run_id = tx.ensure_run(f.run, self.config.role, self.config.proxy_of, parsed.framework, f.format)
+        totals = {"rows": 0, "steps": 0, "metrics": 0, "nonfinite": 0, "attempts": 0, "skipped_lines": 0} | {
+            k: int(v) for k, v in f.totals.items() if v is not None and v == v}
+        frame = None
+        if has_rows:
+            frame, routing, names = rows_to_store(tx, run_id, parsed.frame)
+            values = frame["value"].to_numpy()
+            totals["rows"] += len(frame)
+            totals["steps"] += int(frame["step"].nunique())
+            totals["metrics"] = max(totals["metrics"], int(frame["metric"].nunique()))
+            totals["nonfinite"] += int((~np.isfinite(values)).sum())
+            totals["attempts"] = max(totals["attempts"], int(frame["attempt"].nunique()))
+        totals["skipped_lines"] += parsed.skipped_lines
+        record = totals | {"sha256": chunk.sha256(), "bytes": chunk.end}
+        source_id = f.source_id
+        if source_id is None:
+            source_id = tx.add_source(run_id, record | {
+                "path": str(f.path), "format": f.format, "framework": parsed.framework,
+                "step_from_index": parsed.step_from_index})
+        if has_rows:
+            write_rows(tx, run_id, source_id, frame, routing, names)
+        tx.update_source(source_id, record)
+        position = {"source_id": source_id, "run_id": run_id, "path": str(f.path), "device": f.identity[0],
+                    "inode": f.identity[1], "position": chunk.end, "lines": f.lines + chunk.lines,
+                    "format": f.format, "header": f.header, "index_base": chunk.index_base}
+        tx.save_watch_position(position)
+        return {"source_id": source_id, "totals": totals, "frame": frame, "position": position | {
+            "run": f.run, "sha256": record["sha256"], **totals}}
+
+    def _committed(self, chunk: Chunk, result: dict | None, report: CycleReport) -> None:
+        f = chunk.file
+        new = f.source_id is None and result is not None
+        f.commit(chunk)
+        report.files += 1
+        if result is None:
+            return
+        f.source_id, f.totals = result["source_id"], result["totals"]
+        self.saved[f.source_id] = result["position"]
+        if new:
+            self.say(f"{f.path}: following as run {f.run!r} ({f.format})")
+        frame = result["frame"]
+        if frame is None or frame.empty:
+            return
+        report.rows += len(frame)
+        state = self.runs.setdefault(f.run, RunState())
+        state.due = True
+        state.urgent = state.urgent or _breaks_envelope(frame, state.envelope)
+
+    # -- diagnosis and alerts ----------------------------------------------------------------------
+    def _diagnose(self, report: CycleReport) -> int:
+        from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+
+        now = time.monotonic()
+        due = [run for run, s in self.runs.items()
+               if s.due and (s.urgent or now - s.last_diagnosed >= self.config.diagnose_every)]
+        if not due:
+            return 0
+        updates = []  # (run, result or None, alert or None)
+        for run in due:
+            state = self.runs[run]
+            state.due = state.urgent = False
+            state.last_diagnosed = now
+            if state.raised is None:
+                stored = self.store.alerts(run)
+                state.raised = {(a["verdict"], a["onset_step"]) for a in stored}
+                for alert in self.sink.missing(stored):  # recorded, then killed before it was written
+                    self.sink.emit(alert)
+            frame = self.store.run_frame(run)
+            if frame.empty:
+                continue
+            result = diagnose_frame(frame)
+            key = (result["verdict"], result["onset_step"])
+            alert = None
+            if result["verdict"] != "healthy" and key not in state.raised:
+                alert = make_alert(run, result, int(frame["step"].max()))
+            changed = (result["verdict"], result["onset_step"], result.get("confidence")) != state.saved
+            if alert is not None or changed:
+                updates.append((run, result if changed else None, alert))
+        if updates:
+            with self.store.write() as tx:
+                for run, result, alert in updates:
+                    run_id = self.store._run_id(tx.con, run)
+                    if result is not None:
+                        tx.add_findings(run_id, result, DETECTOR_VERSION)
+                    if alert is not None:
+                        tx.add_alert(run_id, alert)
+            for run, result, alert in updates:
+                state = self.runs[run]
+                if result is not None:
+                    state.saved = (result["verdict"], result["onset_step"], result.get("confidence"))
+                if alert is not None:
+                    state.raised.add((alert["verdict"], alert["onset_step"]))
+                    self.sink.emit(alert)
+                    report.alerts.append(alert)
+        return len(due)
+
+
+def _breaks_envelope(frame, envelope: dict) -> bool:
+    """Whether new rows hold a non-finite value or leave a metric's range so far by more than that
+    range (updating the ranges)."""
+    values = frame["value"].to_numpy()
+    finite = np.isfinite(values)
+    urgent = not bool(finite.all())
+    if finite.any():
+        spans = frame[finite].groupby("metric", observed=True)["value"].agg(["min", "max"])
+        for metric, lo, hi in zip(spans.index, spans["min"], spans["max"]):
+            old = envelope.get(metric)
+            if old is None:
+                envelope[metric] = (lo, hi)
+                continue
+            width = old[1] - old[0]
+            if lo < old[0] - width or hi > old[1] + width:
+                urgent = True
+            envelope[metric] = (min(lo, old[0]), max(hi, old[1]))
+    return urgent
