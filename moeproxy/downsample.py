@@ -11,8 +11,8 @@ each kind in each bucket (no bucket that holds a NaN looks clean).
 
 Restarts: a step written by several attempts is drawn from the latest attempt (``latest`` true);
 the overwritten points of earlier attempts come back too (``latest`` false, downsampled per
-attempt), so a restart is visible instead of silently merged. Ranks are reduced like
-``Store.run_frame``: the global series when the run has one, else the mean across ranks.
+attempt), so a restart is visible instead of silently merged. Attempts and ranks are read by the
+store's one definition (``moeproxy.store.series_sql``), the one ``Store.run_frame`` uses.
 
 This module and ``moeproxy.store`` are the only places that write SQL; it reads through
 ``Store.read()`` and returns plain pandas frames.
@@ -25,27 +25,20 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from moeproxy.errors import NotFound
-from moeproxy.store import GLOBAL_RANK, Store
+from moeproxy.store import GLOBAL_RANK, Store, series_sql
 
 DEFAULT_BUCKETS = 1000
 DEFAULT_MAX_NONFINITE = 5000
 COLUMNS = ["metric", "step", "value", "attempt", "latest", "kind"]
 
-# One statement for several metrics of one run: $run is the integer run id, {scan} the rows (``_scan``).
-_M4_SQL = f"""
-WITH raw AS ({{scan}}),
-has_global AS (SELECT DISTINCT metric FROM raw WHERE rank = {GLOBAL_RANK}),
-reduced AS (
-    SELECT metric, step, attempt, avg(value) AS value FROM raw
-    WHERE rank = {GLOBAL_RANK} OR metric NOT IN (SELECT metric FROM has_global)
-    GROUP BY metric, step, attempt),
-marked AS (
-    SELECT metric, step, attempt, value,
-           attempt = max(attempt) OVER (PARTITION BY metric, step) AS latest,
+# One statement for several metrics of one run: $run is the integer run id, {scan} the rows (``_scan``),
+# read by the store's one definition of a series (``series_sql``: attempts, ranks).
+_M4_SQL = """
+WITH marked AS (
+    SELECT metric, step, attempt, value, latest,
            CASE WHEN isnan(value) THEN 'nan' WHEN value = 'inf'::DOUBLE THEN 'inf'
                 WHEN value = '-inf'::DOUBLE THEN '-inf' ELSE 'finite' END AS kind
-    FROM reduced),
+    FROM ({series})),
 bucketed AS (
     SELECT *, CASE WHEN latest THEN -1 ELSE attempt END AS lane,
            least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket
@@ -197,19 +190,19 @@ def metric_names(store: Store, run: str, prefix: str = "") -> list[str]:
     """Stored metric names of a run (from the name table, without scanning the values), sorted;
     only those starting with ``prefix`` when given."""
     with store.read() as con:
-        run_id = _run_id(con, store, run)
+        run_id = store.run_id(con, run)
         rows = con.execute("SELECT DISTINCT metric FROM metric_names WHERE run_id = $run AND starts_with(metric, $p) "
                            "ORDER BY metric", {"run": run_id, "p": prefix}).fetchall()
     return [r[0] for r in rows]
 
 # Metrics with a prefix as a range of names (>= prefix, < prefix with its last character bumped):
 # a range is pruned by zone maps, ``starts_with`` is not.
+_HEATMAP_SCAN = """
+SELECT metric, step, attempt, rank, value FROM scalars
+WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric >= $p_lo AND metric < $p_hi AND step BETWEEN $lo AND $hi
+"""
 _HEATMAP_SQL = """
-WITH raw AS (
-    SELECT metric, step, rank, attempt, value FROM scalars
-    WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric >= $p_lo AND metric < $p_hi
-      AND step BETWEEN $lo AND $hi
-    {latest_only})
+WITH raw AS ({rows})
 SELECT metric,
        least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket,
        min(step) AS step,
@@ -220,17 +213,10 @@ FROM raw GROUP BY ALL ORDER BY metric, bucket
 """
 
 
-def _run_id(con, store: Store, run: str) -> int:
-    rows = con.execute("SELECT run_id FROM runs WHERE name = ?", [run]).fetchall()
-    if not rows:
-        raise NotFound(f"no run named {run!r} in {store.label}")
-    return int(rows[0][0])
-
-
 def step_range(store: Store, run: str, metrics: list[str]) -> tuple[int, int] | None:
     """(first, last) step over the given metrics of a run; None when none of them has data."""
     with store.read() as con:
-        run_id = _run_id(con, store, run)
+        run_id = store.run_id(con, run)
         metrics = list(dict.fromkeys(metrics))
         if not metrics:
             return None
@@ -252,7 +238,7 @@ def m4_series(store: Store, run: str, metrics: list[str], lo: int | None = None,
     if not metrics:
         return pd.DataFrame({c: [] for c in COLUMNS})
     with store.read() as con:
-        run_id = _run_id(con, store, run)
+        run_id = store.run_id(con, run)
         (first, last, attempts, per_rank), ranges = _profile(con, store, run_id, metrics)
         if first is None:
             return pd.DataFrame({c: [] for c in COLUMNS})
@@ -266,7 +252,7 @@ def m4_series(store: Store, run: str, metrics: list[str], lo: int | None = None,
             frame = pd.concat(parts, ignore_index=True).sort_values(["metric", "step"], kind="stable")
             return frame.reset_index(drop=True).astype(
                 {"metric": str, "step": "int64", "value": "float64", "attempt": "int64", "latest": bool, "kind": str})
-        sql = _M4_SQL.format(scan=_scan(len(metrics), True))
+        sql = _M4_SQL.format(series=series_sql(_scan(len(metrics), True)))
         frame = con.execute(sql, {"run": run_id, **_metric_params(metrics, ranges), "lo": int(lo), "hi": int(hi),
                                       "buckets": int(buckets), "max_nonfinite": int(max_nonfinite)}).df()
     return frame.astype({"metric": str, "step": "int64", "value": "float64", "attempt": "int64",
@@ -288,22 +274,23 @@ def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_"
         raise ValueError("layer_heatmap needs a metric-name prefix")
     p_lo, p_hi = _prefix_bounds(prefix)
     with store.read() as con:
-        run_id = _run_id(con, store, run)
+        run_id = store.run_id(con, run)
         index = {m: r for m, r in _series_ranges(con, store, run_id).items() if m.startswith(prefix)}
         r0, r1 = (min(r[0] for r in index.values()), max(r[1] for r in index.values())) if index else _ALL_ROWS
         params = {"run": run_id, "p_lo": p_lo, "p_hi": p_hi, "r0": r0, "r1": r1}
-        profile = ("SELECT min(step), max(step), 1 + (max(attempt) - min(attempt)), count(*) FROM scalars "
+        profile = ("SELECT min(step), max(step), 1 + (max(attempt) - min(attempt)), count(*), "
+                   f"count(*) FILTER (WHERE rank <> {GLOBAL_RANK}) FROM scalars "
                    "WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric >= $p_lo AND metric < $p_hi")
-        first, last, attempts, rows = con.execute(profile, params).fetchall()[0]
+        first, last, attempts, rows, per_rank = con.execute(profile, params).fetchall()[0]
         if index and rows != sum(r[2] for r in index.values()):  # rows moved: read without the range
             _SERIES_INDEX.clear()
             params.update(r0=_ALL_ROWS[0], r1=_ALL_ROWS[1])
-            first, last, attempts, rows = con.execute(profile, params).fetchall()[0]
+            first, last, attempts, rows, per_rank = con.execute(profile, params).fetchall()[0]
         if first is None:
             return pd.DataFrame({c: [] for c in ["metric", "bucket", "step", "value", "nonfinite"]})
         lo = int(first) if lo is None else lo
         hi = int(last) if hi is None else hi
-        latest_only = "" if attempts <= 1 else \
-            "QUALIFY row_number() OVER (PARTITION BY metric, rank, step ORDER BY attempt DESC) = 1"
-        sql = _HEATMAP_SQL.format(latest_only=latest_only)
+        rows = _HEATMAP_SCAN if attempts <= 1 and per_rank == 0 else \
+            f"SELECT metric, step, value FROM ({series_sql(_HEATMAP_SCAN)}) WHERE latest"
+        sql = _HEATMAP_SQL.format(rows=rows)
         return con.execute(sql, {**params, "lo": int(lo), "hi": int(hi), "buckets": int(buckets)}).df()

@@ -97,6 +97,47 @@ def _first(result):
     return rows[0] if rows else None
 
 
+def series_sql(rows: str) -> str:
+    """The one definition of how a stored series is read, as SQL over ``rows`` (a SELECT with the
+    columns metric, step, attempt, rank, value).
+
+    One row per (metric, step, attempt) with columns metric, step, attempt, value, latest: the
+    value is the global value (rank ``GLOBAL_RANK``) when that attempt wrote one at that step, else
+    the mean over its ranks (a NaN on any rank stays NaN, +inf with finite ones stays +inf);
+    ``latest`` marks the last attempt that wrote the metric at that step, the one a reader shows.
+    ``Store.run_frame``, ``moeproxy.downsample`` and ``read_series`` (frames never stored) all read
+    through it, so the store, the charts, the export and the diagnosis give one answer per value.
+    """
+    return f"""
+        SELECT metric, step, attempt,
+               CASE WHEN count(*) FILTER (WHERE rank = {GLOBAL_RANK}) > 0
+                    THEN avg(value) FILTER (WHERE rank = {GLOBAL_RANK}) ELSE avg(value) END AS value,
+               attempt = max(attempt) OVER (PARTITION BY metric, step) AS latest
+        FROM ({rows}) GROUP BY metric, step, attempt"""
+
+
+def read_series(frame: pd.DataFrame) -> pd.DataFrame:
+    """``series_sql`` applied to a long frame that was never stored (``parse_file(...).frame``, a
+    user's DataFrame): (step, metric, value), one value per (metric, step). ``attempt`` and ``rank``
+    default to 0 and the global rank when the frame has no such column."""
+    n = len(frame)
+    attempt = frame["attempt"].fillna(0).to_numpy(np.int64) if "attempt" in frame else np.zeros(n, np.int64)
+    rank = frame["rank"].fillna(GLOBAL_RANK).to_numpy(np.int64) if "rank" in frame \
+        else np.full(n, GLOBAL_RANK, np.int64)
+    table = pa.table({"metric": pa.array(frame["metric"].astype(str).to_numpy()),
+                      "step": pa.array(frame["step"].to_numpy(np.int64)),
+                      "attempt": pa.array(attempt), "rank": pa.array(rank),
+                      "value": pa.array(frame["value"].to_numpy(np.float64))})  # Arrow keeps NaN as NaN
+    con = duckdb.connect(":memory:")
+    try:
+        con.register("frame_rows", table)
+        rows = "SELECT metric, step, attempt, rank, value FROM frame_rows"
+        return con.execute(f"SELECT step, metric, value FROM ({series_sql(rows)}) WHERE latest "
+                           "ORDER BY metric, step").df().astype({"step": "int64", "metric": str, "value": "float64"})
+    finally:
+        con.close()
+
+
 _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 
 
@@ -231,13 +272,16 @@ class Store:
                 """
             ).df()
 
-    def _run_id(self, con, run: str) -> int:
+    def run_id(self, con, run: str) -> int:
+        """The integer id of a run on an open connection (``read()``/``write()``); NotFound lists the runs."""
         row = _first(con.execute("SELECT run_id FROM runs WHERE name = ?", [run]))
         if row is None:
             known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY run_id").fetchall()]
             hint = f"; runs in {self.label}: {', '.join(known[:10])}" if known else f"; {self.label} has no runs"
             raise NotFound(f"no run named {run!r}{hint}")
-        return row[0]
+        return int(row[0])
+
+    _run_id = run_id
 
     def has_run(self, run: str) -> bool:
         with self.read() as con:
@@ -276,11 +320,8 @@ class Store:
             ).df()
 
     def run_frame(self, run: str, metrics: list[str] | None = None) -> pd.DataFrame:
-        """Long form (step, metric, value): latest attempt per step, one value per step.
-
-        Per-rank series are reduced by their mean across ranks (a NaN on any rank stays NaN)
-        unless the run also has a global series of that name, which then wins.
-        """
+        """Long form (step, metric, value): one value per step, read by ``series_sql`` (latest
+        attempt; a global value wins over per-rank values at that step, else the mean over ranks)."""
         with self.read() as con:
             run_id = self._run_id(con, run)
             params: dict = {"run": run_id}
@@ -288,28 +329,17 @@ class Store:
             if metrics is not None:
                 where = "AND list_contains($metrics, metric)"
                 params["metrics"] = list(metrics)
+            rows = f"SELECT metric, step, attempt, rank, value FROM scalars WHERE run_id = $run {where}"
             return con.execute(
-                f"""
-                WITH latest AS (
-                    SELECT metric, step, rank, value FROM scalars WHERE run_id = $run {where}
-                    QUALIFY row_number() OVER (PARTITION BY metric, rank, step ORDER BY attempt DESC) = 1),
-                global_series AS (SELECT metric, step, value FROM latest WHERE rank = {GLOBAL_RANK}),
-                per_rank AS (
-                    SELECT metric, step, avg(value) AS value FROM latest
-                    WHERE rank <> {GLOBAL_RANK} AND metric NOT IN (SELECT DISTINCT metric FROM global_series)
-                    GROUP BY metric, step)
-                SELECT step, metric, value FROM global_series UNION ALL SELECT step, metric, value FROM per_rank
-                ORDER BY metric, step
-                """,
-                params,
+                f"SELECT step, metric, value FROM ({series_sql(rows)}) WHERE latest ORDER BY metric, step", params,
             ).df().astype({"step": "int64", "metric": str, "value": "float64"})
 
     def series(self, run: str, metric: str, attempts: str = "latest") -> pd.DataFrame:
-        """One metric with its attempt and rank columns (``attempts='all'`` keeps every restart)."""
+        """One metric's stored rows with their attempt and rank columns (``attempts='latest'``: the
+        rows of the latest attempt at each step, as ``series_sql`` reads them; ``'all'``: every restart)."""
         with self.read() as con:
             run_id = self._run_id(con, run)
-            qualify = ("QUALIFY row_number() OVER (PARTITION BY rank, step ORDER BY attempt DESC) = 1"
-                       if attempts == "latest" else "")
+            qualify = ("QUALIFY attempt = max(attempt) OVER (PARTITION BY step)" if attempts == "latest" else "")
             return con.execute(
                 f"SELECT step, value, attempt, rank, wall_time FROM scalars WHERE run_id = ? AND metric = ? "
                 f"{qualify} ORDER BY attempt, rank, step",
@@ -340,9 +370,10 @@ class Store:
         result.setdefault("detector_version", row[1])
         return result
 
-    def export(self, run: str, target: str | Path) -> int:
+    def export(self, run: str, target: str | Path, series: bool = False) -> int:
         """Write every stored row of a run (all attempts and ranks, original names) to CSV or
-        Parquet; returns the number of rows written."""
+        Parquet, or with ``series`` one row per (metric, step) as the run is read (``series_sql``,
+        the values the dashboard and the diagnosis see); returns the number of rows written."""
         target = Path(target)
         kind = {".csv": "csv", ".parquet": "parquet"}.get(target.suffix.lower())
         if kind is None:
@@ -350,17 +381,25 @@ class Store:
         target.parent.mkdir(parents=True, exist_ok=True)
         with self.read() as con:
             run_id = int(self._run_id(con, run))  # an int: safe to place in the statement
+            rows = f"SELECT metric, step, attempt, rank, value FROM scalars WHERE run_id = {run_id}"
+            if series:
+                body = f"SELECT step, metric, value FROM ({series_sql(rows)}) WHERE latest"
+                columns, order = "s.step, s.metric, coalesce(m.original, s.metric) AS original, s.value", "s.step"
+            else:
+                body = f"SELECT step, metric, value, attempt, rank, wall_time FROM scalars WHERE run_id = {run_id}"
+                columns = ("s.step, s.metric, coalesce(m.original, s.metric) AS original, s.value, s.attempt, "
+                           "s.rank, s.wall_time")
+                order = "s.attempt, s.rank, s.step"
             rel = con.sql(
                 f"""
-                SELECT s.step, s.metric, coalesce(m.original, s.metric) AS original, s.value, s.attempt,
-                       s.rank, s.wall_time
-                FROM scalars s LEFT JOIN (SELECT metric, min(original) AS original FROM metric_names
-                                          WHERE run_id = {run_id} GROUP BY metric) m USING (metric)
-                WHERE s.run_id = {run_id} ORDER BY s.metric, s.attempt, s.rank, s.step
+                SELECT {columns}
+                FROM ({body}) s LEFT JOIN (SELECT metric, min(original) AS original FROM metric_names
+                                           WHERE run_id = {run_id} GROUP BY metric) m USING (metric)
+                ORDER BY s.metric, {order}
                 """
             )
             rel.write_csv(str(target)) if kind == "csv" else rel.write_parquet(str(target))
-            return int(_first(con.execute("SELECT count(*) FROM scalars WHERE run_id = ?", [run_id]))[0])
+            return int(_first(con.execute(f"SELECT count(*) FROM ({body})"))[0])
 
     # -- writes that are not ingests --------------------------------------------------------
     def save_findings(self, run: str, result: dict, detector_version: str) -> None:

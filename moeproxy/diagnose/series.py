@@ -1,10 +1,10 @@
 """RunSeries: one run's metrics as step-indexed float series, the only input detectors see.
 
 Built from the long form ``(step, metric, value)`` that ``Store.run_frame`` returns (or from
-``parse_file(...).frame``, which also carries ``attempt`` and ``rank``: the latest attempt wins,
-ranks are reduced to one value, a non-finite rank value wins over finite ones). NaN and +-inf are
-kept. Detectors ask for canonical names; ``FALLBACK_NAMES`` lets a frame that was never
-canonicalised (a user's own DataFrame) still be read.
+``parse_file(...).frame``, which also carries ``attempt`` and ``rank``: reduced to one value per
+step by the store's own definition, ``moeproxy.store.read_series``). NaN and +-inf are kept.
+Detectors ask for canonical names; ``FALLBACK_NAMES`` lets a frame that was never canonicalised
+(a user's own DataFrame) still be read.
 """
 
 from __future__ import annotations
@@ -47,21 +47,13 @@ RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
 
 
 def _reduce(frame: pd.DataFrame) -> pd.DataFrame:
-    """Latest attempt per (metric, step); one value per (metric, step) across ranks."""
-    if "attempt" in frame.columns and frame["attempt"].nunique(dropna=True) > 1:
-        attempt = frame["attempt"].fillna(0)
-        latest = attempt.groupby([frame["metric"], frame["step"]]).transform("max")
-        frame = frame[attempt == latest]
+    """One value per (metric, step), read as the store reads a series (``moeproxy.store.series_sql``:
+    latest attempt; a global value wins over per-rank values at that step, else the mean over ranks)."""
     if not frame.duplicated(["metric", "step"]).any():
         return frame[["step", "metric", "value"]]
+    from moeproxy.store import read_series  # DuckDB only for frames that need reducing
 
-    def one_value(values: pd.Series) -> float:
-        arr = values.to_numpy(dtype=float)
-        bad = arr[~np.isfinite(arr)]
-        return float(bad[0]) if bad.size else float(arr.mean())
-
-    reduced = frame.groupby(["metric", "step"], sort=False)["value"].agg(one_value)
-    return reduced.reset_index()[["step", "metric", "value"]]
+    return read_series(frame)
 
 
 class RunSeries:
