@@ -20,7 +20,6 @@ import os
 import queue
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
@@ -94,11 +93,13 @@ class AlertSink:
 
 class WebhookSender:
     """POSTs alerts, in order, from one daemon thread: ``timeout`` seconds per try, ``retries``
-    more tries after a failure (1 s, 2 s, 4 s ... apart); a failure is one line on stderr."""
+    more tries after a failure (1 s, 2 s, 4 s ... apart, given up when the watcher stops); a
+    failure is one line on stderr."""
 
     def __init__(self, url: str, timeout: float, retries: int, err) -> None:
         self.url, self.timeout, self.retries, self.err = url, timeout, retries, err
         self.queue: queue.Queue = queue.Queue()
+        self.closing = threading.Event()
         self.thread = threading.Thread(target=self._run, name="moeproxy-webhook", daemon=True)
         self.thread.start()
 
@@ -106,7 +107,9 @@ class WebhookSender:
         self.queue.put(alert)
 
     def close(self, wait: float) -> None:
-        """Stop after the queued alerts went out, waiting at most ``wait`` seconds."""
+        """Stop after the queued alerts went out, waiting at most ``wait`` seconds; an alert
+        waiting to be tried again is given up (and named) rather than waited for."""
+        self.closing.set()
         self.queue.put(None)
         self.thread.join(wait)
 
@@ -120,8 +123,7 @@ class WebhookSender:
                         response.read()
                     break
                 except (urllib.error.URLError, OSError, ValueError) as exc:
-                    if attempt == self.retries:
+                    if attempt == self.retries or self.closing.wait(2 ** attempt):
                         print(f"moeproxy watch: webhook {self.url}: alert for run {alert['run']!r} not delivered "
-                              f"after {self.retries + 1} tries ({exc})", file=self.err, flush=True)
-                    else:
-                        time.sleep(2 ** attempt)
+                              f"after {attempt + 1} tr{'y' if attempt == 0 else 'ies'} ({exc})", file=self.err, flush=True)
+                        break

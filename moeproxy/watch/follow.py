@@ -163,10 +163,8 @@ class FollowedFile:
         """The format of the file's first bytes (complete lines only): waits while too few lines
         are there to tell, gives up (FollowError) once the first 64 KiB tell nothing."""
         head = data if self._looks_binary_records(data) else data[: data.rfind(b"\n") + 1]
-        if not head:
-            return
-        try:
-            fmt = self._detect_bytes(head[:HEAD_BYTES])
+        try:  # no complete line yet: a whole JSON document (one line, no newline) is still named
+            fmt = self._detect_bytes((head or data)[:HEAD_BYTES])
         except InputError as exc:
             if len(head) >= HEAD_BYTES or size >= 4 * HEAD_BYTES:
                 raise FollowError(self._real(str(exc), 0)) from None
@@ -175,6 +173,9 @@ class FollowedFile:
         if fmt in WHOLE_DOCUMENT:
             raise FollowError(f"{self.path}: a {fmt} file is rewritten whole, not appended to: not followed "
                               "(ingest it with `moeproxy ingest` when it is complete)")
+        if not head:
+            self.unrecognised_at = size
+            return
         self.format = fmt
         if fmt in HEADER_LINES:
             self.header = b"".join(data.splitlines(keepends=True)[: HEADER_LINES[fmt]])
