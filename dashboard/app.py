@@ -4,7 +4,7 @@ Started by ``moeproxy dashboard`` (``streamlit run dashboard/app.py``). On a sto
 it loads the bundled demo runs (``data/demo/``, or ``$MOEPROXY_DEMO_DIR``) once, so a new user
 lands on a diagnosed full run and its proxy. Pages live in ``app_pages/`` (not ``pages/``: Streamlit
 treats a ``pages/`` folder as a legacy multipage app and, for a page URL opened directly, runs the
-page without this entry point) and stay thin: they call ``dashboard.queries`` (cached store reads), ``dashboard.figures`` and ``moeproxy`` functions.
+page without this entry point) and stay thin: they call ``dashboard.queries`` (cached store reads), and ``moeproxy`` functions (figures: ``moeproxy.figures``).
 """
 
 from __future__ import annotations

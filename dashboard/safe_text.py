@@ -54,3 +54,12 @@ def md_failure(exc: BaseException) -> str:
     text = str(exc) if isinstance(exc, MoeproxyError) else f"{type(exc).__name__}: {exc}"
     lines = [line for line in text.splitlines() if line.strip()]
     return md_text(lines[0] if lines else type(exc).__name__, limit=500)
+
+
+def verdict_badge(verdict: str | None) -> str:
+    """Streamlit Markdown for a verdict badge in the library's verdict colour
+    (``moeproxy.figures.verdict_colour``); a verdict that is not ours is shown as typed."""
+    from moeproxy.figures import VERDICT_COLOURS, verdict_colour
+
+    label = verdict if verdict in VERDICT_COLOURS else "not diagnosed" if not verdict else md_text(verdict, limit=100)
+    return f":{verdict_colour(verdict)}-badge[{label}]"

@@ -183,3 +183,35 @@ def format_comparison(result: dict) -> str:
             ratio = f"  (x{entry['ratio']:.3g})" if "ratio" in entry else ""
             lines.append(f"  {name:<20}{entry['full']} -> {entry['proxy']}{ratio}")
     return "\n".join(lines)
+
+
+# -- the fidelity card's headline numbers (the Compare page and the HTML report show these) ------
+HEADLINE_CORRELATIONS = ("grad_norm", "loss", "routing_entropy", "reward_mean", "policy_entropy", "kl")
+
+
+def _headline_text(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return "n/a" if value is None else str(value)
+
+
+def card_metrics(card: dict) -> list[tuple[str, str]]:
+    """(label, value) pairs for the headline numbers of a fidelity card (``compare_runs``): verdict
+    match, onset delta (steps, from the two sides' onsets, and the relative difference the card
+    reports), the correlations of the triage metrics first (at most five), and every cost ratio."""
+    rows: list[tuple[str, str]] = [("verdict match", _headline_text(card.get("verdict_match")))]
+    full_onset = (card.get("full") or {}).get("onset_step")
+    proxy_onset = (card.get("proxy") or {}).get("onset_step")
+    delta = None if full_onset is None or proxy_onset is None else int(proxy_onset) - int(full_onset)
+    rows.append(("onset delta (steps)", _headline_text(f"{delta:+d}" if delta is not None else None)))
+    rows.append(("onset relative difference", _headline_text(card.get("onset_relative_difference"))))
+    correlations = card.get("correlations") or {}
+    ordered = [m for m in HEADLINE_CORRELATIONS if m in correlations]
+    for metric in ordered[:5]:
+        rows.append((f"r {metric}", _headline_text(correlations[metric])))
+    for name, entry in (card.get("cost") or {}).items():
+        if isinstance(entry, dict) and entry.get("ratio") is not None:
+            rows.append((f"cost ratio {name} (proxy/full)", _headline_text(entry["ratio"])))
+    return rows

@@ -1,4 +1,5 @@
-"""Figure builders for the dashboard and the HTML report: plain data in, plotly figures out.
+"""Figures and colours that the dashboard and the HTML report both draw: plain data in, plotly
+figures (or colour names) out. Pages and the report only place them.
 
 No Streamlit and no SQL here: every function takes the frames that ``moeproxy.downsample`` returns
 (long form: metric, step, value, attempt, latest, kind) and the findings dict of
@@ -27,22 +28,24 @@ NONFINITE_MARKERS = {  # kind -> (label, plotly symbol, colour)
     "inf": ("+inf", "triangle-up", "#9467bd"),
     "-inf": ("-inf", "triangle-down", "#8c564b"),
 }
+# The one verdict colour map: verdict -> colour name (Streamlit's badge colours); HTML gets the hex.
 VERDICT_COLOURS = {
     "healthy": "green", "overflow": "red", "divergence": "red", "precision_mismatch": "orange",
     "routing_collapse": "violet", "entropy_collapse": "orange", "reward_collapse": "orange",
+    "kl_explosion": "orange", "length_blowup": "orange", "vanishing_gradient": "orange",
 }
+NOT_DIAGNOSED_COLOUR = "gray"
+OTHER_VERDICT_COLOUR = "blue"  # a category that is not ours (a user's detector)
+COLOUR_HEX = {"green": "#2e7d32", "red": "#c62828", "orange": "#ef6c00", "violet": "#6a1b9a", "blue": "#1565c0",
+              "gray": "#888888"}
 RUN_COLOURS = {"full": "#1f77b4", "proxy": "#ff7f0e"}
 
 
-def verdict_badge(verdict: str | None) -> str:
-    """Streamlit markdown for a coloured verdict badge (also readable as plain text)."""
+def verdict_colour(verdict: str | None) -> str:
+    """The colour name of a verdict (``COLOUR_HEX`` has its hex): gray when not diagnosed."""
     if not verdict:
-        return ":gray-badge[not diagnosed]"
-    if verdict not in VERDICT_COLOURS:  # not one of ours: shown as typed, never as Markdown
-        from dashboard.safe_text import md_text
-
-        return f":blue-badge[{md_text(verdict, limit=100)}]"
-    return f":{VERDICT_COLOURS[verdict]}-badge[{verdict}]"
+        return NOT_DIAGNOSED_COLOUR
+    return VERDICT_COLOURS.get(verdict, OTHER_VERDICT_COLOUR)
 
 
 def plotly_text(text: object) -> str:

@@ -4,8 +4,8 @@
 with plotly.js inlined (no network needed to open it, safe to mail or attach to a ticket), built
 from the same downsampled series and figure builders as the dashboard: the triage panels with
 non-finite markers and finding onsets, per-layer routing entropy, the findings with their
-evidence, and, with a proxy, the overlay, both verdicts, the fidelity card when
-``moeproxy.fidelity`` is installed, and the proxy recipe (``proxy_report.json`` given, else what
+evidence, and, with a proxy, the overlay, both verdicts, the fidelity card (``moeproxy.fidelity``),
+and the proxy recipe (``proxy_report.json`` given, else what
 the proxy run's metadata records). Every text from the store is HTML-escaped.
 """
 
@@ -25,18 +25,15 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;font-size:.92em} t
 .badge{display:inline-block;padding:.1em .6em;border-radius:1em;color:#fff;font-weight:600}
 .critical{color:#b00020} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}
 """
-_BADGE = {"healthy": "#2e7d32", "overflow": "#c62828", "divergence": "#c62828", "precision_mismatch": "#ef6c00",
-          "routing_collapse": "#6a1b9a", "entropy_collapse": "#ef6c00", "reward_collapse": "#ef6c00"}
-
-
 def _e(value) -> str:
     return html.escape("" if value is None else str(value))
 
 
 def _badge(verdict: str | None) -> str:
-    if not verdict:
-        return '<span class="badge" style="background:#888">not diagnosed</span>'
-    return f'<span class="badge" style="background:{_BADGE.get(verdict, "#1565c0")}">{_e(verdict)}</span>'
+    from moeproxy.figures import COLOUR_HEX, verdict_colour
+
+    return (f'<span class="badge" style="background:{COLOUR_HEX[verdict_colour(verdict)]}">'
+            f'{_e(verdict or "not diagnosed")}</span>')
 
 
 def _table(rows: list[dict]) -> str:
@@ -91,7 +88,7 @@ def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
 def render_report(store, run: str, proxy: str | None = None, proxy_report: dict | None = None,
                   buckets: int = 1500) -> str:
     """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
-    from dashboard.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
+    from moeproxy.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
     from moeproxy.downsample import layer_heatmap, m4_series, metric_names
 
     info = store.run_info(run)  # NotFound names the known runs
@@ -123,11 +120,9 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
         parts += [f"<h2>Proxy run: {_e(proxy)}</h2>", _findings_html(proxy_findings),
                   "<h3>Full vs proxy</h3>", _figure_html(fig, first=False)]
         try:
-            from dashboard.fidelity_view import compute_card
+            from moeproxy.fidelity import card_metrics, compare_runs
 
-            from dashboard.fidelity_view import card_metrics
-
-            card = compute_card(store, run, proxy)
+            card = compare_runs(store, run, proxy)
             parts += ["<h3>Fidelity card</h3>",
                       _table([{"measure": label, "value": value} for label, value in card_metrics(card)]),
                       f"<pre>{_e(json.dumps(card, indent=2, default=str))}</pre>"]

@@ -92,3 +92,16 @@ def test_compare_runs_reads_the_store_and_names_unknown_runs(tmp_path):
     assert result["full"]["run"] == "full" and result["correlations"]["grad_norm"] > 0.9
     with pytest.raises(NotFound):
         compare_runs(store, "full", "nope")
+
+
+def test_card_headlines_come_from_the_library():
+    from moeproxy.fidelity import card_metrics
+
+    card = {"verdict_match": True, "full": {"onset_step": 120}, "proxy": {"onset_step": 100},
+            "onset_relative_difference": 1 / 6, "correlations": {"kl": 0.5, "loss": 0.98765, "other": 0.1},
+            "cost": {"step_time": {"full": 2.0, "proxy": 0.5, "ratio": 0.25}, "params": {"full": 1}}}
+    assert card_metrics(card) == [("verdict match", "yes"), ("onset delta (steps)", "-20"),
+                                  ("onset relative difference", "0.167"), ("r loss", "0.988"), ("r kl", "0.5"),
+                                  ("cost ratio step_time (proxy/full)", "0.25")]
+    assert card_metrics({})[:3] == [("verdict match", "n/a"), ("onset delta (steps)", "n/a"),
+                                    ("onset relative difference", "n/a")]

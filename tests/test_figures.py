@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard.figures import (align_steps, compare_figure, ema_debiased, findings_rows, heatmap_figure,
-                               triage_figure, verdict_badge)
+from dashboard.safe_text import verdict_badge
+from moeproxy.figures import (COLOUR_HEX, VERDICT_COLOURS, align_steps, compare_figure, ema_debiased, findings_rows,
+                              heatmap_figure, triage_figure, verdict_colour)
 
 FINDINGS = {"verdict": "overflow", "onset_step": 40, "findings": [
     {"category": "overflow", "onset_step": 40, "severity": "critical", "metric": "grad_norm",
@@ -104,3 +105,16 @@ def test_findings_rows_and_badges():
     assert findings_rows(None) == []
     assert verdict_badge("overflow") == ":red-badge[overflow]"
     assert "not diagnosed" in verdict_badge(None)
+
+
+def test_one_verdict_colour_map_for_the_pages_and_the_report():
+    from moeproxy.diagnose.taxonomy import CATEGORIES
+    from moeproxy.report import _badge
+
+    assert set(CATEGORIES) <= set(VERDICT_COLOURS)
+    for verdict in (*VERDICT_COLOURS, None, "my_own_category"):
+        colour = verdict_colour(verdict)
+        assert verdict_badge(verdict).startswith(f":{colour}-badge[")  # the dashboard's badge
+        assert f"background:{COLOUR_HEX[colour]}" in _badge(verdict)     # the HTML report's badge
+    assert verdict_colour("overflow") == "red" and verdict_colour(None) == "gray"
+    assert verdict_badge("[x](http://h)") == r":blue-badge[\[x\]\(http\:\/\/h\)]"

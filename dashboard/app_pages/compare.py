@@ -6,8 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import queries
-from dashboard.figures import TRIAGE_PANELS, compare_figure, last_step, verdict_badge
-from dashboard.safe_text import md_code, md_failure
+from dashboard.safe_text import md_code, md_failure, verdict_badge
+from moeproxy.figures import TRIAGE_PANELS, compare_figure, last_step
 
 st.title("Compare full vs proxy")
 db = queries.db_path()
@@ -68,10 +68,10 @@ for name, found in ((full_run, full_findings), (proxy_run, proxy_findings)):
 
 @st.cache_data(ttl=600, max_entries=32, show_spinner="Comparing the runs ...")
 def fidelity_card(db: str, version: int, full: str, proxy: str) -> dict | str:
-    from dashboard.fidelity_view import compute_card
+    from moeproxy.fidelity import compare_runs
 
     try:
-        return compute_card(queries.store(), full, proxy)
+        return compare_runs(queries.store(), full, proxy)
     except Exception as exc:  # shown as a warning, never a dead page
         return md_failure(exc)
 
@@ -80,7 +80,7 @@ card = fidelity_card(db, version, full_run, proxy_run)
 if isinstance(card, str):
     st.warning(card)
 else:
-    from dashboard.fidelity_view import card_metrics
+    from moeproxy.fidelity import card_metrics
 
     headline = card_metrics(card)
     cols = st.columns(4)

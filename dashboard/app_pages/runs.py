@@ -8,8 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import queries
-from dashboard.figures import verdict_badge
-from dashboard.safe_text import md_code, md_failure, md_lines
+from dashboard.safe_text import md_code, md_failure, md_lines, verdict_badge
 
 UPLOAD_LIMIT_MB = 256
 UPLOAD_NAME_LIMIT = 200

@@ -6,8 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import queries
-from dashboard.figures import TRIAGE_PANELS, findings_rows, heatmap_figure, triage_figure, verdict_badge
-from dashboard.safe_text import md_code, md_failure, md_text
+from dashboard.safe_text import md_code, md_failure, md_text, verdict_badge
+from moeproxy.figures import TRIAGE_PANELS, findings_rows, heatmap_figure, triage_figure
 
 st.title("Triage")
 db = queries.db_path()
