@@ -76,6 +76,8 @@ def run(args) -> int:
               f"{report['experts_after']}, top-k {report['top_k_before']} -> {report['top_k_after']}, "
               f"{_size(report['bytes_after'], report['bytes_before'])}, "
               f"{report['seconds']['total']:.1f} s")
+        for note in report.get("notes", []):
+            print(f"note: {note}")
         if "skipped" in verify:
             print("verification skipped")
         else:

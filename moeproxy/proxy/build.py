@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import adapter_for
 from moeproxy.proxy.checkpoint import INDEX_NAME, SINGLE_NAME, OutputTensor, open_checkpoint, slice_ranges, write_shard
-from moeproxy.proxy.constraints import proxy_top_k, resolve_kept_count
+from moeproxy.proxy.constraints import proxy_top_k, resolve_kept_count, routing_notes
 from moeproxy.pids import pid_alive
 
 REPORT_NAME = "proxy_report.json"
@@ -275,6 +275,7 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
             "top_k_mode": spec.top_k,
             "n_group": shape.n_group,
             "topk_group": shape.topk_group,
+            "notes": routing_notes(shape, kept_count, spec.top_k),
             "moe_layers": [layer.layer for layer in layout.layers],
             "kept_experts": {str(i): c.kept for i, (_, c, _) in clusters.items()},
             "clusters": {str(i): c.members for i, (_, c, _) in clusters.items()},

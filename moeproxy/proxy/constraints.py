@@ -2,10 +2,13 @@
 
 E' experts are kept in every MoE layer (uniform). For a router with ``n_group`` groups choosing
 ``topk_group`` of them (DeepSeek-V3 style), each group keeps E'/n_group experts, which must be at
-least 2 (the group score is a top-2 sum) and leave more candidates than top-k. E' must exceed the
-(possibly scaled) top-k, or the router has nothing to choose; and it must divide by the
-expert-parallel size. ``resolve_kept_count`` turns a ratio or a count into a checked E', or raises
-``InputError`` naming the failed rule and the nearest valid counts.
+least 2 (the group score is a top-2 sum) and leave at least top-k candidates in the chosen groups:
+transformers sets the other groups' scores to -inf before the top-k, so with exactly top-k
+candidates every expert of the chosen groups is used and the router still chooses the groups (valid;
+``routing_notes`` says so in the proxy report), while with fewer the full model would pick masked
+experts. E' must exceed the (possibly scaled) top-k, or the router has nothing to choose; and it
+must divide by the expert-parallel size. ``resolve_kept_count`` turns a ratio or a count into a
+checked E', or raises ``InputError`` naming the failed rule and the nearest valid counts.
 """
 
 from __future__ import annotations
@@ -53,14 +56,26 @@ def violations(shape: RoutingShape, kept: int, top_k_mode: str = "keep", ep_size
             per_group = kept // g
             if per_group < 2:
                 problems.append(f"each of the {g} groups must keep >= 2 experts (group score is a top-2 sum); got {per_group}")
-            if shape.topk_group * per_group <= k:
+            if shape.topk_group * per_group < k:
                 problems.append(
                     f"topk_group {shape.topk_group} x {per_group} experts per group = "
-                    f"{shape.topk_group * per_group} candidates must exceed top-k {k}"
+                    f"{shape.topk_group * per_group} candidates must be at least top-k {k}"
                 )
     if ep_size > 1 and kept % ep_size:
         problems.append(f"kept experts {kept} must be divisible by the expert-parallel size {ep_size}")
     return problems
+
+
+def routing_notes(shape: RoutingShape, kept: int, top_k_mode: str = "keep") -> list[str]:
+    """What a valid ``kept`` changes about routing that a reader of the proxy report should know."""
+    notes = []
+    k = proxy_top_k(shape, kept, top_k_mode)
+    if shape.n_group > 1 and kept % shape.n_group == 0 and shape.topk_group * (kept // shape.n_group) == k:
+        notes.append(
+            f"topk_group {shape.topk_group} x {kept // shape.n_group} experts per group = top-k {k} candidates: "
+            f"every kept expert of the chosen groups is used; the router still chooses the groups "
+            f"(the other groups are masked with -inf before the top-k, as in the full model)")
+    return notes
 
 
 def valid_counts(shape: RoutingShape, top_k_mode: str = "keep", ep_size: int = 1) -> list[int]:

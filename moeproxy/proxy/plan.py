@@ -18,7 +18,7 @@ from pathlib import Path
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import adapter_for
 from moeproxy.proxy.checkpoint import load_config
-from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_count
+from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_count, routing_notes
 
 TRAIN_BYTES_PER_PARAM = 16
 DEFAULT_ACTIVATION_FRACTION = 0.25
@@ -156,7 +156,7 @@ def plan_proxy(
             "explanation": "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m 4 + v 4 bytes per "
                            "parameter, sharded over devices; each device keeps the activation fraction free",
         },
-        "notes": _notes(config, shape, kept),
+        "notes": _notes(config, shape, kept, top_k),
     }
 
 
@@ -168,8 +168,8 @@ def resolve_ok(shape: RoutingShape, ratio: float, top_k: str, ep_size: int) -> b
         return False
 
 
-def _notes(config: dict, shape: RoutingShape, kept: int) -> list[str]:
-    notes = []
+def _notes(config: dict, shape: RoutingShape, kept: int, top_k: str) -> list[str]:
+    notes = routing_notes(shape, kept, top_k)
     if config.get("num_nextn_predict_layers"):
         notes.append(f"{config['num_nextn_predict_layers']} MTP layer(s) not counted (transformers does not build them)")
     if (config.get("quantization_config") or {}).get("quant_method"):

@@ -171,6 +171,33 @@ def test_invalid_counts_name_the_rule_and_nearest_values(tiny_checkpoints, tmp_p
     assert not (tmp_path / "o").exists()
 
 
+def test_grouped_routing_with_exactly_top_k_candidates_builds_and_verifies(tmp_path, capsys):
+    """DeepSeek-V3 routing, 8 -> 4 experts, n_group 2, topk_group 1, top-k 2: the chosen group keeps
+    2 experts = top-k. transformers masks the other group with -inf before the top-k, so both are
+    chosen, in the proxy and in the masked full model alike."""
+    from moeproxy.cli import main
+
+    src = make_tiny("deepseek_v3", tmp_path / "src", topk_group=1)
+    assert json.loads((src / "config.json").read_text())["topk_group"] == 1
+    assert main(["build", str(src), str(tmp_path / "out"), "--keep-experts", "4", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "verification: passed" in printed and "note: topk_group 1 x 2 experts per group = top-k 2" in printed
+    report = json.loads((tmp_path / "out" / REPORT_NAME).read_text())
+    assert (report["n_group"], report["topk_group"], report["top_k_after"]) == (2, 1, 2)
+    assert report["verify"]["passed"] and report["verify"]["forward_checked"], report["verify"]
+    assert report["notes"] and "router still chooses the groups" in report["notes"][0]
+    kept = {int(i): ids for i, ids in report["kept_experts"].items()}
+    assert all(sum(k < 4 for k in ids) == 2 for ids in kept.values())  # two per group of four
+    removed = {i: sorted(set(range(8)) - set(ids)) for i, ids in kept.items()}
+    proxy, masked = logits_of(tmp_path / "out"), logits_of(src, removed, "deepseek_v3")
+    assert torch.allclose(proxy, masked, atol=1e-5), (proxy - masked).abs().max()
+    assert not torch.allclose(proxy, logits_of(src), atol=1e-3)
+    # fewer candidates than top-k is still refused: the full model would pick masked experts
+    with pytest.raises(InputError, match="1 candidates must be at least top-k 2"):
+        build_proxy(BuildSpec(src=make_tiny("deepseek_v3", tmp_path / "src4", topk_group=1, n_group=4),
+                              out=tmp_path / "o4", keep_experts=4, device="cpu"))
+
+
 def test_unsupported_family_lists_supported_ones(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (tmp_path / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")

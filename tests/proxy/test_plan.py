@@ -54,8 +54,11 @@ def test_quantised_weight_bytes():
 def test_deepseek_group_rules():
     with pytest.raises(InputError, match="each of the 8 groups must keep >= 2"):
         plan_proxy(CONFIGS / "DeepSeek-V3.json", keep_experts=8)
-    with pytest.raises(InputError, match="candidates must exceed top-k 8.*nearest valid counts: .*24"):
-        plan_proxy(CONFIGS / "DeepSeek-V3.json", keep_experts=16)
+    # 4 of 8 groups x 2 experts = 8 candidates = top-k 8: valid (every candidate chosen), with a note
+    ds = plan_proxy(CONFIGS / "DeepSeek-V3.json", keep_experts=16)
+    assert ds["proxy"]["experts"] == 16 and "top-k 8 candidates" in ds["notes"][0]
+    with pytest.raises(InputError, match="6 candidates must be at least top-k 8"):
+        plan_proxy({**json.loads((CONFIGS / "DeepSeek-V3.json").read_text()), "topk_group": 3}, keep_experts=16)
 
 
 def test_cli_json_contract(capsys):

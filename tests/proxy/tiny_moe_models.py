@@ -6,7 +6,17 @@ COMMON = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
               vocab_size=128, max_position_embeddings=64)
 
 
-def tiny_config(family: str):
+def tiny_config(family: str, **overrides):
+    """The tiny config of ``family``; ``overrides`` replace its fields (e.g. ``topk_group=1``)."""
+    config = _tiny_config(family)
+    for key, value in overrides.items():
+        if not hasattr(config, key):
+            raise KeyError(f"{family} config has no field {key!r}")
+        setattr(config, key, value)
+    return config
+
+
+def _tiny_config(family: str):
     import transformers as tf
 
     if family == "qwen2_moe":
@@ -36,12 +46,12 @@ def tiny_config(family: str):
 FAMILIES = ["qwen2_moe", "qwen3_moe", "mixtral", "olmoe", "deepseek_v3", "gpt_oss"]
 
 
-def make_tiny(family: str, path, seed: int = 0, mutate=None):
+def make_tiny(family: str, path, seed: int = 0, mutate=None, **overrides):
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(family))
+    model = AutoModelForCausalLM.from_config(tiny_config(family, **overrides))
     with torch.no_grad():
         for name, p in model.named_parameters():  # random init leaves routers/biases at zero
             if "norm" not in name:
