@@ -144,6 +144,7 @@ _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 class Store:
     def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 15.0) -> None:
         self.lock_timeout = lock_timeout
+        self._held = None
         if str(path) == ":memory:":
             self.path = None
             self._memory = duckdb.connect(":memory:")
@@ -216,13 +217,33 @@ class Store:
         con.execute("COMMIT")
 
     @contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep the file open across several reads and writes (one watcher cycle): inside, ``read()``
+        and ``write()`` use cursors of one connection, and the file is released on exit. Hold it
+        briefly: no other process can open the database meanwhile."""
+        if self._memory is not None or self._held is not None:
+            yield
+            return
+        self._held = self._open()
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            held.close()
+
+    def _connect(self):
+        """A connection of its own, or a cursor of the held one."""
+        held = self._held
+        return held.cursor() if held is not None else self._open()
+
+    @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection for queries; closed (and the file released) on exit."""
         if self._memory is not None:
             with self._memory.cursor() as cur:
                 yield cur
             return
-        con = self._open()
+        con = self._connect()
         try:
             yield con
         finally:
@@ -232,7 +253,7 @@ class Store:
     def write(self) -> Iterator["Transaction"]:
         """One transaction: committed on normal exit, rolled back on any exception."""
         cm = self._memory.cursor() if self._memory is not None else None
-        con = cm if cm is not None else self._open()
+        con = cm if cm is not None else self._connect()
         try:
             con.execute("BEGIN TRANSACTION")
             tx = Transaction(con)
@@ -522,11 +543,14 @@ class Transaction:
     def attempt_offset(self, run_id: int, frame: pd.DataFrame) -> int:
         """Attempt number for the new source's first attempt: after the run's latest attempt when
         the new rows repeat any (metric, rank, step) already stored, else joining it."""
-        latest = _first(self.con.execute("SELECT max(attempt) FROM scalars WHERE run_id = ?", [run_id]))[0]
+        latest, last_step = _first(self.con.execute(
+            "SELECT max(attempt), max(step) FROM scalars WHERE run_id = ?", [run_id]))
         if latest is None:
             return 0
         if int(latest) + 1 + int(frame["attempt"].max()) > ATTEMPT_MAX:
             raise InputError(f"run already holds {int(latest) + 1:,} attempts (restarts); more do not fit the store")
+        if int(frame["step"].min()) > int(last_step):  # only new steps (a log that grew): no repeat
+            return int(latest)
         keys = pa.table({
             "metric": _metric_array(frame["metric"]),
             "rank": pa.array(frame["rank"].to_numpy()),
@@ -560,12 +584,17 @@ class Transaction:
         self.con.execute(f"UPDATE sources SET {', '.join(f'{c} = ?' for c in columns)}, ingested_at = ? "
                          "WHERE source_id = ?", [totals[c] for c in columns] + [_now(), source_id])
 
-    def save_watch_position(self, position: dict) -> None:
-        """How far a watched file was read (stored with the rows read up to there)."""
-        columns = ("source_id", "run_id", "path", "device", "inode", "position", "lines", "format", "header",
-                   "index_base")
-        self.con.execute(f"INSERT OR REPLACE INTO watch_files ({', '.join(columns)}, updated_at) "
-                         f"VALUES ({', '.join('?' * len(columns))}, ?)", [position[c] for c in columns] + [_now()])
+    def save_watch_position(self, position: dict, new: bool) -> None:
+        """How far a watched file was read (stored with the rows read up to there); ``new``: the
+        file's first position."""
+        columns = ("run_id", "path", "device", "inode", "position", "lines", "format", "header", "index_base")
+        values = [position[c] for c in columns] + [_now(), position["source_id"]]
+        if new:
+            self.con.execute(f"INSERT INTO watch_files ({', '.join(columns)}, updated_at, source_id) "
+                             f"VALUES ({', '.join('?' * len(values))})", values)
+        else:
+            self.con.execute(f"UPDATE watch_files SET {', '.join(f'{c} = ?' for c in columns)}, updated_at = ? "
+                             "WHERE source_id = ?", values)
 
     def add_source(self, run_id: int, summary: dict) -> int:
         source_id = _first(self.con.execute("SELECT nextval('source_id_seq')"))[0]

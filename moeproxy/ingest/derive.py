@@ -20,6 +20,8 @@ DERIVED = "derived"  # the "original" name recorded for derived series
 
 def split_routing(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scalars without expert loads, routing rows step/layer/expert/load/attempt)."""
+    if not any(EXPERT_LOAD.match(str(name)) for name in frame["metric"].cat.categories):
+        return frame, pd.DataFrame(columns=["step", "layer", "expert", "load", "attempt"])
     names = pd.Series(list(frame["metric"].cat.categories), dtype=object)
     parsed = names.str.extract(EXPERT_LOAD)
     load_names = dict(zip(names[parsed[0].notna()], zip(parsed[0].dropna().astype(int), parsed[1].dropna().astype(int))))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from moeproxy.contracts import ROLES
 from moeproxy.errors import InputError, StoreBusy
@@ -116,11 +117,12 @@ class Watcher:
             self.start()
         try:
             while not stop.is_set():
+                started = time.monotonic()
                 report = self.cycle()
                 if once and not report.files:
                     break
-                if not once:
-                    stop.wait(self.config.interval)
+                if not once:  # a look every interval (a long cycle is followed at once by the next)
+                    stop.wait(max(0.0, started + self.config.interval - time.monotonic()))
         finally:
             self.close()
 
@@ -141,16 +143,16 @@ class Watcher:
     def cycle(self) -> CycleReport:
         report = CycleReport()
         self._scan()
-        chunks = self._read()
-        if chunks:
-            try:
-                stored = self._store(chunks)
-            except StoreBusy as exc:
-                self.say(f"moeproxy watch: {exc}; trying again", err=True)
-                stored = []
-            for chunk, result in stored:
-                self._committed(chunk, result, report)
-        report.diagnosed = self._diagnose(report)
+        chunks = self._read()  # files are read and parsed before the store is opened
+        try:
+            with self.store.held():  # one open of the file for the rows and the series to diagnose
+                for chunk, result in self._store(chunks) if chunks else []:
+                    self._committed(chunk, result, report)
+                frames = self._frames_due()
+        except StoreBusy as exc:
+            self.say(f"moeproxy watch: {exc}; trying again", err=True)
+            return report
+        report.diagnosed = self._diagnose(frames, report)
         return report
 
     def _scan(self) -> None:
@@ -266,7 +268,7 @@ class Watcher:
         position = {"source_id": source_id, "run_id": run_id, "path": str(f.path), "device": f.identity[0],
                     "inode": f.identity[1], "position": chunk.end, "lines": f.lines + chunk.lines,
                     "format": f.format, "header": f.header, "index_base": chunk.index_base}
-        tx.save_watch_position(position)
+        tx.save_watch_position(position, new=f.source_id is None)
         return {"source_id": source_id, "totals": totals, "frame": frame, "position": position | {
             "run": f.run, "sha256": record["sha256"], **totals}}
 
@@ -287,20 +289,16 @@ class Watcher:
         report.rows += len(frame)
         state = self.runs.setdefault(f.run, RunState())
         state.due = True
-        state.urgent = state.urgent or _breaks_envelope(frame, state.envelope)
+        state.urgent = _breaks_envelope(frame, state.envelope) or state.urgent
 
     # -- diagnosis and alerts ----------------------------------------------------------------------
-    def _diagnose(self, report: CycleReport) -> int:
-        from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
-
+    def _frames_due(self) -> dict:
+        """run -> its series (the store's one reader), for the runs to diagnose now."""
         now = time.monotonic()
-        due = [run for run, s in self.runs.items()
-               if s.due and (s.urgent or now - s.last_diagnosed >= self.config.diagnose_every)]
-        if not due:
-            return 0
-        updates = []  # (run, result or None, alert or None)
-        for run in due:
-            state = self.runs[run]
+        frames = {}
+        for run, state in self.runs.items():
+            if not state.due or not (state.urgent or now - state.last_diagnosed >= self.config.diagnose_every):
+                continue
             state.due = state.urgent = False
             state.last_diagnosed = now
             if state.raised is None:
@@ -308,7 +306,15 @@ class Watcher:
                 state.raised = {(a["verdict"], a["onset_step"]) for a in stored}
                 for alert in self.sink.missing(stored):  # recorded, then killed before it was written
                     self.sink.emit(alert)
-            frame = self.store.run_frame(run)
+            frames[run] = self.store.run_frame(run)
+        return frames
+
+    def _diagnose(self, frames: dict, report: CycleReport) -> int:
+        from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+
+        updates = []  # (run, result or None, alert or None)
+        for run, frame in frames.items():
+            state = self.runs[run]
             if frame.empty:
                 continue
             result = diagnose_frame(frame)
@@ -335,24 +341,31 @@ class Watcher:
                     state.raised.add((alert["verdict"], alert["onset_step"]))
                     self.sink.emit(alert)
                     report.alerts.append(alert)
-        return len(due)
+        return len(frames)
 
 
 def _breaks_envelope(frame, envelope: dict) -> bool:
-    """Whether new rows hold a non-finite value or leave a metric's range so far by more than that
-    range (updating the ranges)."""
-    values = frame["value"].to_numpy()
+    """Whether new rows bring a metric's first non-finite value, or leave the range its finite
+    values had so far by more than that range (the ranges are updated)."""
+    metric = frame["metric"]
+    if not isinstance(metric.dtype, pd.CategoricalDtype):
+        metric = metric.astype("category")
+    codes, names = metric.cat.codes.to_numpy(), list(metric.cat.categories)
+    values = frame["value"].to_numpy(np.float64)
     finite = np.isfinite(values)
-    urgent = not bool(finite.all())
-    if finite.any():
-        spans = frame[finite].groupby("metric", observed=True)["value"].agg(["min", "max"])
-        for metric, lo, hi in zip(spans.index, spans["min"], spans["max"]):
-            old = envelope.get(metric)
-            if old is None:
-                envelope[metric] = (lo, hi)
-                continue
-            width = old[1] - old[0]
-            if lo < old[0] - width or hi > old[1] + width:
-                urgent = True
-            envelope[metric] = (min(lo, old[0]), max(hi, old[1]))
+    n = len(names)
+    lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+    np.minimum.at(lo, codes[finite], values[finite])
+    np.maximum.at(hi, codes[finite], values[finite])
+    bad = np.zeros(n, bool)
+    bad[codes[~finite]] = True
+    urgent = False
+    for i, name in enumerate(names):
+        old_lo, old_hi, old_bad = envelope.get(name, (np.inf, -np.inf, False))
+        if bad[i] and not old_bad:
+            urgent = True
+        if lo[i] <= hi[i] and old_lo <= old_hi:
+            width = old_hi - old_lo
+            urgent = urgent or lo[i] < old_lo - width or hi[i] > old_hi + width
+        envelope[name] = (min(lo[i], old_lo), max(hi[i], old_hi), old_bad or bool(bad[i]))
     return urgent
