@@ -25,6 +25,7 @@ import codecs
 import hashlib
 import io
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,14 @@ from typing import Iterator
 from moeproxy.errors import InputError
 
 HEAD_BYTES = 64 * 1024
+# a log that opens with progress-bar redraws (model loading, a tqdm bar redrawn with ``\r`` before the
+# first metrics line: TRL/HF Trainer console captures) is sniffed on its first lines that are not
+# bars, read up to this far
+PROGRESS_HEAD_BYTES = 2 * 1024 * 1024
+# a bar and its times only (``  1%|▏   | 24/1875 [30:24<35:17:45, 68.65s/it]``): a bar that carries
+# metrics (``..., loss=2.3]``) is a record, not a redraw
+PROGRESS_ONLY = re.compile(r"^[^|]{0,60}\|[^|]{0,80}\|\s*\d+/\d+\s*"
+                           r"\[[\d:<?]{1,20}(?:,\s*[\d.?]{1,12}\s*(?:s/it|it/s))?\]\s*$")
 # an unterminated last line ending in one of these closed its record: nothing of it can be cut
 CLOSING = ("}", "]", ")", "|")
 _KIND = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
@@ -118,7 +127,19 @@ class SourceFile:
         return text
 
     def head_lines(self, limit: int = 400) -> list[str]:
-        return self.head_text.splitlines()[:limit]
+        """The head's first ``limit`` lines that are not progress-bar redraws; when bars fill most
+        of the head, read further (up to ``PROGRESS_HEAD_BYTES``) for the lines after them."""
+        lines = self.head_text.splitlines()
+        kept = [line for line in lines if not PROGRESS_ONLY.match(line)]
+        if (len(kept) < limit and 2 * len(kept) < len(lines) and self.size > len(self.head)
+                and self.encoding is not None):
+            with self.open_checked() as fh:
+                data = fh.read(min(self.size, PROGRESS_HEAD_BYTES))
+            text = data.decode(self.encoding, errors="replace")
+            if len(data) < self.size and "\n" in text:
+                text = text[: text.rfind("\n") + 1]
+            kept = [line for line in text.splitlines() if not PROGRESS_ONLY.match(line)]
+        return kept[:limit]
 
     # -- reading -----------------------------------------------------------------------------
     def lines(self) -> Iterator[tuple[int, str]]:
