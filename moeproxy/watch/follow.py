@@ -149,6 +149,8 @@ class FollowedFile:
             self.restart_from_zero()
         if size <= self.position or (self.format is None and size == self.unrecognised_at):
             return None
+        if self.format is None:  # the first look: enough to tell the format (a 10 GB checkpoint is not read)
+            max_bytes = min(max_bytes, 4 * HEAD_BYTES)
         data = os.pread(self.fd, min(size - self.position, max_bytes), self.position)
         if self.format is None:
             self._detect(data, size)

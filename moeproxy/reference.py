@@ -1,0 +1,127 @@
+"""What is normal: reference bands from the healthy runs in the store.
+
+``reference_band(store, metric)`` aligns every healthy run's series of one metric by the fraction
+of its run (0 at its first logged step, 1 at its last) or by step, cuts that axis into bins, takes
+each run's median in each bin (so a run logged every step counts as much as one logged every 10),
+and gives per bin the median, the 5th and the 95th percentile across runs, and how many runs it
+holds. ``where_normal(store, run, metric, step)`` says at which percentile of those healthy runs
+a run's value sits at a step (the share of healthy runs whose value in that bin is below it, ties
+counted half): "is a train/rollout gap of 0.3 normal?" answered from the user's own history.
+
+Healthy runs are those whose latest stored diagnosis says ``healthy`` (a run never diagnosed is
+not counted), the run asked about excluded. Values are read through the store's one series reader
+(``Store.run_frame``); non-finite values take no part in a band (a healthy run has none where
+it matters) but a run's own inf sits above every healthy value (percentile 100).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+BAND_COLUMNS = ("position", "median", "p05", "p95", "runs")
+
+
+@dataclass(frozen=True)
+class ReferenceSet:
+    """The healthy runs' values of one metric, one row per (run, bin): run, bin, value."""
+
+    metric: str
+    by: str
+    bins: int
+    values: pd.DataFrame
+
+    def band(self) -> pd.DataFrame:
+        """position (the bin's centre: a fraction of the run, or a step), median, p05, p95, runs."""
+        if self.values.empty:
+            return pd.DataFrame(columns=list(BAND_COLUMNS))
+        grouped = self.values.groupby("bin")["value"]
+        out = pd.DataFrame({
+            "median": grouped.median(), "p05": grouped.quantile(0.05), "p95": grouped.quantile(0.95),
+            "runs": grouped.size(),
+        })
+        out.insert(0, "position", self.values.groupby("bin")["position"].first())
+        return out.reset_index(drop=True)
+
+
+def healthy_runs(store, exclude: str | None = None) -> list[str]:
+    """The runs whose latest stored diagnosis is healthy."""
+    table = store.runs_overview()
+    return [r for r, v in zip(table["run"], table["verdict"]) if v == "healthy" and r != exclude]
+
+
+def _binned(series: pd.DataFrame, by: str, bins: int, span: tuple[int, int] | None = None) -> pd.DataFrame:
+    """run's (step, value) rows -> bin, position, value (the median of the run in each bin)."""
+    steps = series["step"].to_numpy(np.float64)
+    if by == "fraction":
+        lo, hi = span if span is not None else (steps.min(), steps.max())
+        x = (steps - lo) / (hi - lo) if hi > lo else np.zeros_like(steps)
+        index = np.clip((x * bins).astype(int), 0, bins - 1)
+        position = (index + 0.5) / bins
+    else:  # by step: bins of ``bins`` steps
+        index = (steps // bins).astype(int)
+        position = index * bins + bins / 2
+    frame = pd.DataFrame({"bin": index, "position": position, "value": series["value"].to_numpy(np.float64)})
+    return frame.groupby("bin", as_index=False).agg(position=("position", "first"), value=("value", "median"))
+
+
+def reference_set(store, metric: str, exclude: str | None = None, by: str = "fraction",
+                  bins: int = 50) -> ReferenceSet:
+    """The healthy runs' binned values of ``metric`` (``by``: "fraction" of the run, or "step"
+    with ``bins`` steps per bin)."""
+    if by not in ("fraction", "step"):
+        raise ValueError(f"by must be 'fraction' or 'step', not {by!r}")
+    parts = []
+    with store.held():
+        for run in healthy_runs(store, exclude):
+            frame = store.run_frame(run)
+            if frame.empty:
+                continue
+            span = (int(frame["step"].min()), int(frame["step"].max()))
+            series = frame[(frame["metric"] == metric) & np.isfinite(frame["value"])]
+            if series.empty:
+                continue
+            parts.append(_binned(series, by, bins, span).assign(run=run))
+    values = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["bin", "position", "value", "run"])
+    return ReferenceSet(metric, by, bins, values)
+
+
+def reference_band(store, metric: str, exclude: str | None = None, by: str = "fraction", bins: int = 50) -> pd.DataFrame:
+    """Median and 5-95 % band of ``metric`` across the healthy runs, per bin (see the module)."""
+    return reference_set(store, metric, exclude, by, bins).band()
+
+
+def where_normal(store, run: str, metric: str, step: int | None = None, bins: int = 50) -> dict | None:
+    """Where ``run``'s value of ``metric`` at ``step`` (default: its last step with that metric)
+    sits among the healthy runs at the same fraction of their runs: ``{"metric", "step", "value",
+    "percentile", "healthy_runs", "median", "p05", "p95"}``; None when no healthy run has the metric."""
+    frame = store.run_frame(run)
+    series = frame[frame["metric"] == metric]
+    if series.empty:
+        return None
+    if step is None or step not in set(series["step"]):
+        at = series[series["step"] <= step] if step is not None else series
+        step = int((at if not at.empty else series)["step"].iloc[-1])
+    value = float(series.loc[series["step"] == step, "value"].iloc[-1])
+    lo, hi = int(frame["step"].min()), int(frame["step"].max())
+    fraction = (step - lo) / (hi - lo) if hi > lo else 0.0
+    reference = reference_set(store, metric, exclude=run, bins=bins)
+    here = reference.values[reference.values["bin"] == min(int(fraction * bins), bins - 1)]["value"].to_numpy()
+    if len(here) == 0:
+        return None
+    if np.isnan(value):
+        percentile = None
+    else:
+        percentile = float(100.0 * ((here < value).sum() + 0.5 * (here == value).sum()) / len(here))
+    return {"metric": metric, "step": step, "value": value if np.isfinite(value) else str(value),
+            "percentile": percentile, "healthy_runs": int(len(here)), "median": float(np.median(here)),
+            "p05": float(np.quantile(here, 0.05)), "p95": float(np.quantile(here, 0.95))}
+
+
+def verdict_metric(result: dict) -> str | None:
+    """The metric the verdict's finding fired on (None for a healthy verdict)."""
+    if result.get("verdict") in (None, "healthy"):
+        return None
+    return next((f.get("metric") for f in result.get("findings", []) if f.get("category") == result["verdict"]), None)
