@@ -63,7 +63,7 @@ def load_labels(folder: Path) -> list[dict]:
 def diagnose_file(path: Path) -> tuple[str, int | None, str, int]:
     """(verdict, onset, confidence, runs) as `moeproxy diagnose FILE` reports them (the run whose
     failure starts first, when the file holds several runs)."""
-    from moeproxy.commands.diagnose import diagnose_target
+    from moeproxy.diagnose.record import diagnose_target
 
     _, result, _ = diagnose_target(str(path), db=":memory:")
     return (result["verdict"], result["onset_step"], result.get("confidence") or "?",

@@ -77,7 +77,7 @@ def _runs_in(directory: Path, prefix: str) -> list[DemoRun]:
 def load_demo(store, demo_dir: str | Path = DEMO_DIR) -> DemoResult:
     """Ingest and diagnose the demo runs into ``store`` if it has no runs yet (a run whose diagnosis
     fails is still loaded, with a warning in the result)."""
-    from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+    from moeproxy.diagnose.record import diagnose_and_record_all
     from moeproxy.ingest import ingest_paths
 
     if not store.runs().empty:
@@ -91,8 +91,7 @@ def load_demo(store, demo_dir: str | Path = DEMO_DIR) -> DemoResult:
     for run in runs:
         ingest_paths(store, [run.path], run=run.name, role=run.role, proxy_of=run.proxy_of)
         result.loaded.append(run.name)
-        try:
-            store.save_findings(run.name, diagnose_frame(store.run_frame(run.name)), DETECTOR_VERSION)
-        except Exception as exc:  # a detector bug must not keep the demo runs out of the dashboard
-            result.warnings.append(f"{run.name}: not diagnosed ({type(exc).__name__}: {exc})")
+    # a detector bug must not keep the demo runs out of the dashboard: named, not raised
+    failures = diagnose_and_record_all(store, result.loaded)
+    result.warnings += [f"{name}: not diagnosed ({why})" for name, why in failures.items()]
     return result

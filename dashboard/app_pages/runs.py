@@ -29,18 +29,15 @@ def upload_file_name(name: str) -> str:
 
 def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of: str | None) -> list[str]:
     """Ingest, then diagnose and save findings for every run that received data; returns summary lines."""
-    from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+    from moeproxy.diagnose.record import diagnose_and_record_all
     from moeproxy.ingest import ingest_paths
 
     store = queries.store()
     summaries = ingest_paths(store, paths, run=run or None, role=role, proxy_of=proxy_of or None)
     lines = [s.line() for s in summaries]
-    for name in sorted({s.run for s in summaries if not s.duplicate}):
-        try:
-            store.save_findings(name, diagnose_frame(store.run_frame(name)), DETECTOR_VERSION)
-        except Exception as exc:  # the data is in; the diagnosis can be retried from Triage
-            lines.append(f"{name}: not diagnosed ({type(exc).__name__}: {str(exc)[:300]})")
-    return lines
+    failures = diagnose_and_record_all(store, sorted({s.run for s in summaries if not s.duplicate}))
+    # the data is in; a failed diagnosis can be retried from Triage
+    return lines + [f"{name}: not diagnosed ({why})" for name, why in failures.items()]
 
 
 st.title("Runs")

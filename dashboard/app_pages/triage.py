@@ -73,17 +73,13 @@ else:
     for row in findings_rows(findings):
         st.markdown(f"- **{md_text(row['category'])}** ({md_text(row['severity'])}) at step {md_text(row['onset_step'])} "
                     f"on {md_code(row['metric'])} \\[{md_text(row['rule'])}\\]: {md_text(row['evidence'])}")
-from moeproxy.diagnose import DETECTOR_VERSION  # noqa: E402
+from moeproxy.diagnose.record import diagnose_and_record, findings_are_stale  # noqa: E402
 
-stale = findings is not None and findings.get("detector_version") != DETECTOR_VERSION
-if findings is None or stale:
+if findings_are_stale(findings):
     if st.button("Diagnose now" if findings is None else f"Re-diagnose (findings are from "
                  f"{md_text(findings.get('detector_version'))})", key="triage_diagnose"):
-        from moeproxy.diagnose import diagnose_frame
-
-        store = queries.store()
         try:
-            store.save_findings(run, diagnose_frame(store.run_frame(run)), DETECTOR_VERSION)
+            diagnose_and_record(queries.store(), run, only_if_stale=True)
             st.rerun()
         except Exception as exc:  # show the detector's failure instead of a blank page
             st.error("diagnosis failed: " + md_failure(exc))

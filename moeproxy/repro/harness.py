@@ -212,7 +212,7 @@ def write_demo(out: Path, steps: int = 40, keep_ratio: float = 0.25, seed: int =
 def run_pair(spec: HarnessSpec, log=print) -> dict:
     import torch
 
-    from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+    from moeproxy.diagnose.record import diagnose_and_record
     from moeproxy.fidelity import compare_runs
     from moeproxy.repro.evaluation import EvalLimits, evaluate_pair, write_eval_tasks
     from moeproxy.repro.scenarios import get_scenario
@@ -290,7 +290,7 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
     _ingest(store, full_log, full_run, "full")
     _ingest(store, spec.out / "proxy.jsonl", proxy_run, "proxy", proxy_of=full_run)
     for run in (full_run, proxy_run):
-        store.save_findings(run, diagnose_frame(store.run_frame(run)), DETECTOR_VERSION)
+        diagnose_and_record(store, run)
     result = compare_runs(store, full_run, proxy_run)
     timings["total_s"] = round(time.perf_counter() - started, 2)
     result.update({

@@ -95,7 +95,7 @@ def test_real_formats_through_ingest(tmp_path):
 
 
 def test_hand_made_logs_in_framework_formats(tmp_path):
-    from moeproxy.commands.diagnose import diagnose_target
+    from moeproxy.diagnose.record import diagnose_target
 
     labels = json.loads((HERE / "fixtures" / "labels.json").read_text())
     assert len(labels) >= 6
@@ -124,7 +124,7 @@ def test_pairs_that_should_match():
 
 def test_real_training_runs_from_the_repro_harness(tmp_path):
     """Golden diagnoses of real GRPO runs (tiny MoE, faults switched on as mechanisms)."""
-    from moeproxy.commands.diagnose import diagnose_target
+    from moeproxy.diagnose.record import diagnose_target
 
     folder = HERE / "fixtures" / "repro"
     labels = {k: v for k, v in json.loads((folder / "labels.json").read_text()).items() if not k.startswith("_")}

@@ -1,0 +1,123 @@
+"""Diagnose runs where they live, and record what was found: the one call every caller uses.
+
+``diagnose_and_record(store, run)`` reads a stored run as every reader does (``Store.run_frame``),
+diagnoses it and saves the findings with ``DETECTOR_VERSION``; with ``only_if_stale`` it returns the
+stored findings instead when they come from this detector version. ``diagnose_and_record_all`` does
+it for the runs an ingest just filled, naming each run whose diagnosis failed (the data stays in).
+``diagnose_target`` is what ``moeproxy diagnose TARGET`` does: a stored run is diagnosed and
+recorded; a log file or directory is ingested into a scratch in-memory store and diagnosed there,
+nothing written to the user's database. Callers: the CLI, the Runs and Triage pages, the demo loader,
+the repro harness.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moeproxy.errors import NotFound
+
+
+def _detector_version() -> str:
+    from moeproxy.diagnose import DETECTOR_VERSION
+
+    return DETECTOR_VERSION
+
+
+def findings_are_stale(findings: dict | None) -> bool:
+    """True when a run has no recorded findings or they come from another detector version."""
+    return findings is None or findings.get("detector_version") != _detector_version()
+
+
+def diagnose_and_record(store, run: str, *, only_if_stale: bool = False) -> dict:
+    """The findings of stored ``run``: diagnosed now and saved with the detector version (with
+    ``only_if_stale``, the stored ones when they are from this detector version)."""
+    from moeproxy.diagnose.diagnosis import diagnose_frame
+
+    if only_if_stale:
+        stored = store.findings(run)
+        if not findings_are_stale(stored):
+            return stored
+    result = diagnose_frame(store.run_frame(run))
+    store.save_findings(run, result, _detector_version())
+    return result
+
+
+def diagnose_and_record_all(store, runs) -> dict[str, str]:
+    """``diagnose_and_record`` each run; returns run -> why it was not diagnosed, for those that
+    failed (a detector bug must not keep ingested data out: it can be diagnosed again later)."""
+    failures = {}
+    for run in runs:
+        try:
+            diagnose_and_record(store, run)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, who shows it
+            failures[run] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return failures
+
+
+def _store_with_run(target: str, db: str | None):
+    """The store at ``db`` (else the default database) when it holds a run named ``target``."""
+    from moeproxy.store import Store, default_db_path
+
+    db_path = Path(db).expanduser() if db else default_db_path()
+    if db_path.exists():
+        store = Store(db_path)
+        if store.has_run(target):
+            return store, db_path
+    return None, db_path
+
+
+def load_runs(target: str, db: str | None):
+    """(first run name, {run name: long frame}, the store or None) for a stored run or a log path
+    (a log path is ingested into a scratch in-memory store; a file may hold several runs)."""
+    from moeproxy.store import Store
+
+    store, db_path = _store_with_run(target, db)
+    if store is not None:
+        return target, {target: store.run_frame(target)}, store
+    path = Path(target)
+    if not path.exists():
+        where = f"the database {db_path}" if db_path.exists() else f"a database (none at {db_path})"
+        raise NotFound(f"{target}: no run of that name in {where}, and no such file or directory")
+    from moeproxy.ingest import ingest_paths
+
+    scratch = Store(":memory:")
+    name = path.resolve().name
+    runs = list(dict.fromkeys(s.run for s in ingest_paths(scratch, [path], run=name)))
+    return runs[0], {run: scratch.run_frame(run) for run in runs}, None
+
+
+def load_target(target: str, db: str | None):
+    """(run name, long frame, the store holding it or None): ``load_runs``' first run."""
+    name, frames, store = load_runs(target, db)
+    return name, frames[name], store
+
+
+def worst_of(results: dict[str, dict]) -> tuple[str, dict]:
+    """The run whose failure starts first (else the first run), with every run's verdict in
+    ``runs`` when there are several."""
+    failed = [(r["onset_step"] if r["onset_step"] is not None else 1 << 62, name)
+              for name, r in results.items() if r["verdict"] != "healthy"]
+    name = min(failed)[1] if failed else next(iter(results))
+    result = dict(results[name])
+    if len(results) > 1:
+        result["run"] = name
+        result["runs"] = {n: {"verdict": r["verdict"], "onset_step": r["onset_step"],
+                              "confidence": r.get("confidence")} for n, r in results.items()}
+    return name, result
+
+
+def diagnose_target(target: str, db: str | None, reference: str | None = None) -> tuple[str, dict, bool]:
+    """(run name, result, recorded?) for a stored run or a log path; a stored run's result is
+    recorded (not when compared with a reference: that result is about the pair)."""
+    from moeproxy.diagnose.diagnosis import diagnose_frame
+    from moeproxy.diagnose.pair import diagnose_pair
+
+    if reference is None:
+        store, _ = _store_with_run(target, db)
+        if store is not None:
+            return target, diagnose_and_record(store, target), True
+    name, frames, _ = load_runs(target, db)
+    if reference is not None:
+        ref_name, ref_frame, _ = load_target(reference, db)
+        return name, diagnose_pair(frames[name], ref_frame, label=name, reference_label=ref_name), False
+    return (*worst_of({run: diagnose_frame(frame) for run, frame in frames.items()}), False)
