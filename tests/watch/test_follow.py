@@ -206,3 +206,38 @@ def test_a_schema_2_store_is_migrated_to_3_keeping_its_data(tmp_path):
         assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
         assert con.execute("SELECT count(*) FROM watch_files").fetchone()[0] == 0
     assert store.alerts() == []
+
+
+def test_one_watcher_follows_several_run_directories_and_new_files_in_them(tmp_path):
+    a, b = tmp_path / "run-a", tmp_path / "run-b"
+    a.mkdir()
+    b.mkdir()
+    append(a / "metrics.jsonl", jsonl([1, 2]))
+    w = make_watcher(tmp_path, a, b)
+    w.cycle()
+    append(b / "metrics.jsonl", jsonl([1]))  # a job that starts later
+    append(a / "metrics.jsonl", jsonl([3]))
+    w.cycle()
+    assert [s for m, s, *_ in stored(tmp_path, "run-a") if m == "loss"] == [1, 2, 3]
+    assert [s for m, s, *_ in stored(tmp_path, "run-b") if m == "loss"] == [1]
+    w.close()
+
+
+def test_an_alert_recorded_but_not_written_before_a_kill_is_written_at_restart(tmp_path):
+    run = tmp_path / "owed"
+    run.mkdir()
+    bad = [json.dumps({"step": s, "loss": 2.0, "grad_norm": 1.0 if s < 20 else float("inf")}) + "\n" for s in range(1, 30)]
+    append(run / "metrics.jsonl", "".join(bad))
+    alerts = tmp_path / "alerts.jsonl"
+    w = make_watcher(tmp_path, run, alerts=str(alerts))
+    w.cycle()
+    w.close()
+    (first,) = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert (first["verdict"], first["onset_step"]) == ("overflow", 20)
+    alerts.write_text("")  # as if killed after the store recorded it, before the line was written
+    w = make_watcher(tmp_path, run, alerts=str(alerts))
+    w.cycle()
+    w.cycle()
+    w.close()
+    assert [json.loads(line) for line in alerts.read_text().splitlines()] == [first]  # written once, not raised anew
+    assert len(Store(tmp_path / "runs.duckdb").alerts("owed")) == 1
