@@ -47,7 +47,8 @@ def test_shared_real_set_scores(shared_cases):
 
 
 def test_no_real_log_ends_in_an_error(shared_cases, collected_cases):
-    errors = [(c.file, c.error) for c in shared_cases + collected_cases + evaluate(REAL / "blind") if c.error]
+    errors = [(c.file, c.error) for c in shared_cases + collected_cases + evaluate(REAL / "blind")
+              + evaluate(REAL / "blind2") if c.error]
     assert not errors
 
 

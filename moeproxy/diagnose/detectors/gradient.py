@@ -3,7 +3,8 @@
 Rules (shared/research/logs-and-failures.md §2 row 9): grad norm below 1e-3 of its early median
 (or exactly 0) for at least ``vanishing_min_records`` consecutive records through the end of the
 run; learning rate exactly 0 after it was positive. Scattered zero grad norms are normal in GRPO
-(groups whose rewards are all equal have no advantage) and are only noted.
+(groups whose rewards are all equal have no advantage) and are only noted, and so is a final run of
+zeros in a run where zero was already the usual value.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ def _tail_run(mask: np.ndarray) -> int:
     return int(mask.size - (false[-1] + 1 if false.size else 0))
 
 
+# When most records before a final run of ~0 grad norms were ~0 already, zero is the run's usual value
+# (GRPO windows whose groups all had equal rewards; a trainer that logs the last micro-step's norm),
+# and the final run is no departure from it.
+USUAL_ZERO_SHARE = 0.5
+
+
 @register_detector("vanishing_gradient", "grad norm ~0 or lr 0 for the rest of the run")
 def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     out: list[Finding] = []
@@ -39,7 +46,9 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
             tiny = vals <= cfg.vanishing_fraction * early
             run_len = _tail_run(tiny)
             need = max(min(cfg.vanishing_min_records, max(3, len(vals) // 4)), 0.1 * len(vals))
-            if run_len >= need:
+            before = tiny[: len(vals) - run_len]
+            usual = before.size >= 3 and before.mean() > USUAL_ZERO_SHARE
+            if run_len >= need and not usual:
                 onset = int(s.index[len(vals) - run_len])
                 out.append(Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "grad_norm_vanished",
                                    f"{name} fell from a median of {fmt(early)} to <= {fmt(cfg.vanishing_fraction * early)} "
