@@ -9,6 +9,8 @@ every run directory. Printed:
   alerts file (polled every 20 ms), p50 / p95 / max over the runs, and how many runs alerted;
 - watcher CPU: user + system seconds of the watcher process over the whole run (from /proc), as
   cores (CPU seconds per wall second), with the machine's load beside it;
+- a reader meanwhile: the time a `Store.runs_overview()` from another process takes, lock waits
+  included, every 0.5 s while the watcher works (what the dashboard sees);
 - rows per second: rows stored by the end / seconds the writer ran (what the jobs offered is
   RUNS x RATE x METRICS), and the catch-up rate: a second watcher started on the finished logs
   with --once, its rows / its wall time (the backlog rate).
@@ -108,8 +110,16 @@ def main() -> int:
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(args.runs), str(args.rate),
                                    str(args.metrics), str(args.seconds)])
         seen: dict = {}
+        from moeproxy.store import Store
+
+        reads, next_read = [], time.time() + 2
         while writer.poll() is None:
             alerts_seen(alerts, seen)
+            if time.time() >= next_read:  # a reader in another process (what the dashboard does)
+                t = time.perf_counter()
+                Store(db).runs_overview()
+                reads.append(time.perf_counter() - t)
+                next_read = time.time() + 0.5
             time.sleep(0.02)
         deadline = time.time() + 10
         while time.time() < deadline and len(seen) < args.runs:
@@ -148,6 +158,10 @@ def main() -> int:
         print("alert latency: no alert arrived")
     print(f"watcher CPU: {cpu1 - cpu0:.1f} s over {wall:.1f} s = {(cpu1 - cpu0) / wall:.2f} cores "
           f"(load average {load0:.2f} -> {load1:.2f} on {os.cpu_count()} CPUs)")
+    if reads:
+        print(f"a reader meanwhile (Store.runs_overview from the bench process, lock waits included): "
+              f"p50 {statistics.median(reads) * 1000:.0f} ms, p95 {percentile(reads, 95) * 1000:.0f} ms, "
+              f"max {max(reads) * 1000:.0f} ms over {len(reads)} reads")
     offered = args.runs * args.rate * args.metrics
     print(f"rows ingested: {rows:,} ({rows / info['seconds']:,.0f} rows/s over the writing; jobs offered "
           f"{offered:,.0f} rows/s), {dup} stored twice")
