@@ -13,6 +13,7 @@ import streamlit as st
 from dashboard import queries
 from moeproxy import jobs
 from moeproxy.allowed_paths import BUNDLED_DATA, allowed_roots, resolve_inside_roots
+from moeproxy.units import human_bytes
 from dashboard.safe_text import md_code, md_failure, md_text
 
 DEVICE_NAMES = {"npu": "Ascend NPU", "cuda": "CUDA GPU", "mps": "Apple MPS", "cpu": "CPU"}
@@ -37,16 +38,9 @@ def plan(path: str, keep_ratio: float, memory_gib: float) -> dict | str:
 
 
 def plan_table(p: dict) -> pd.DataFrame:
-    f, x = p["full"], p["proxy"]
-    gib = 2**30
-    rows = [("experts per MoE layer", f["experts"], x["experts"]), ("top-k", f["top_k"], x["top_k"]),
-            ("parameters, total (B)", f["params_total"] / 1e9, x["params_total"] / 1e9),
-            ("parameters, active (B)", f["params_active"] / 1e9, x["params_active"] / 1e9),
-            ("weights on disk (GiB)", f["weight_bytes"] / gib, x["weight_bytes"] / gib),
-            ("training state (GiB)", f["train_state_bytes"] / gib, x["train_state_bytes"] / gib),
-            ("accelerators", f["accelerators"], x["accelerators"]),
-            ("FLOPs per token (G)", f["flops_per_token"] / 1e9, x["flops_per_token"] / 1e9)]
-    return pd.DataFrame([{"": name, "full": f"{a:,.4g}", "proxy": f"{b:,.4g}"} for name, a, b in rows])
+    from moeproxy.proxy.plan import plan_rows
+
+    return pd.DataFrame([{"": name, "full": a, "proxy": b} for name, a, b in plan_rows(p)])
 
 
 def job_panel(root: str) -> None:
@@ -119,8 +113,8 @@ if checkpoint is not None:
         c1.metric("Accelerators", f"{planned['full']['accelerators']} -> {planned['proxy']['accelerators']}",
                   f"-{planned['accelerator_reduction']:.0%}" if planned["accelerator_reduction"] > 0 else None,
                   delta_color="inverse")
-        c2.metric("Training memory, full -> proxy (GiB)",
-                  f"{planned['full']['train_state_bytes'] / 2**30:,.3g} -> {planned['proxy']['train_state_bytes'] / 2**30:,.3g}")
+        c2.metric("Training memory, full -> proxy",
+                  f"{human_bytes(planned['full']['train_state_bytes'])} -> {human_bytes(planned['proxy']['train_state_bytes'])}")
         c3.metric("Step cost ratio (full/proxy)", f"{planned['step_cost_ratio']:.2f}")
         st.dataframe(plan_table(planned), hide_index=True, key="plan_table")
         for note in planned.get("notes", []):

@@ -87,6 +87,7 @@ def run(args) -> int:
 
 
 def _size(after: int, before: int) -> str:
-    """``0.78 of 2.59 GiB``; MiB for checkpoints under 1 GiB (a tiny one read "0.00 of 0.00 GiB")."""
-    unit, scale = ("GiB", 2**30) if before >= 2**30 else ("MiB", 2**20)
-    return f"{after / scale:.2f} of {before / scale:.2f} {unit}"
+    """``812 MiB of 2.59 GiB`` (``moeproxy.units``: a tiny checkpoint reads in KiB, not "0.00 GiB")."""
+    from moeproxy.units import human_bytes
+
+    return f"{human_bytes(after)} of {human_bytes(before)}"

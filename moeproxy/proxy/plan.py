@@ -19,6 +19,7 @@ from moeproxy.errors import InputError
 from moeproxy.proxy.arch import adapter_for
 from moeproxy.proxy.checkpoint import load_config
 from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_count, routing_notes
+from moeproxy.units import human_bytes, human_count
 
 TRAIN_BYTES_PER_PARAM = 16
 DEFAULT_ACTIVATION_FRACTION = 0.25
@@ -177,24 +178,28 @@ def _notes(config: dict, shape: RoutingShape, kept: int, top_k: str) -> list[str
     return notes
 
 
-def format_plan(plan: dict) -> str:
-    """Human-readable table for the CLI."""
-    def gib(b):
-        return f"{b / 2**30:,.1f} GiB"
-
+def plan_rows(plan: dict) -> list[tuple[str, str, str]]:
+    """(quantity, full, proxy) rows of a plan, numbers in human units (``635 K``, ``2.59 GiB``): the
+    table ``moeproxy plan`` prints and the Proxy page shows."""
     f, p = plan["full"], plan["proxy"]
-    rows = [
-        ("experts per MoE layer", f["experts"], p["experts"]),
-        ("top-k", f["top_k"], p["top_k"]),
-        ("parameters (total)", f"{f['params_total'] / 1e9:,.2f} B", f"{p['params_total'] / 1e9:,.2f} B"),
-        ("parameters (active)", f"{f['params_active'] / 1e9:,.2f} B", f"{p['params_active'] / 1e9:,.2f} B"),
-        ("weights on disk", gib(f["weight_bytes"]), gib(p["weight_bytes"])),
-        ("training state", gib(f["train_state_bytes"]), gib(p["train_state_bytes"])),
-        (f"accelerators ({plan['memory_model']['device_memory_gib']:g} GiB)", f["accelerators"], p["accelerators"]),
+    return [
+        ("experts per MoE layer", str(f["experts"]), str(p["experts"])),
+        ("top-k", str(f["top_k"]), str(p["top_k"])),
+        ("parameters (total)", human_count(f["params_total"]), human_count(p["params_total"])),
+        ("parameters (active)", human_count(f["params_active"]), human_count(p["params_active"])),
+        ("weights on disk", human_bytes(f["weight_bytes"]), human_bytes(p["weight_bytes"])),
+        ("training state", human_bytes(f["train_state_bytes"]), human_bytes(p["train_state_bytes"])),
+        (f"accelerators ({plan['memory_model']['device_memory_gib']:g} GiB)", str(f["accelerators"]),
+         str(p["accelerators"])),
+        ("FLOPs per token", human_count(f["flops_per_token"]), human_count(p["flops_per_token"])),
     ]
+
+
+def format_plan(plan: dict) -> str:
+    """Human-readable table for the CLI (sizes in human units: ``moeproxy.units``)."""
     lines = [f"{plan['source']} ({plan['family']}, {plan['moe_layers']} MoE layers)",
              f"{'':28} {'full':>14} {'proxy':>14}"]
-    lines += [f"{name:28} {str(a):>14} {str(b):>14}" for name, a, b in rows]
+    lines += [f"{name:28} {a:>14} {b:>14}" for name, a, b in plan_rows(plan)]
     lines.append(f"accelerator reduction: {plan['accelerator_reduction']:.1%}; step cost ratio (full/proxy "
                  f"FLOPs per token): {plan['step_cost_ratio']:.2f}")
     mm = plan["memory_model"]

@@ -173,8 +173,7 @@ def evaluate_pair(full_dir, proxy_dir, tasks_path, limits: EvalLimits | None = N
 def format_evaluation(result: dict) -> str:
     f, p = result["full"], result["proxy"]
 
-    def mem(x):
-        return "n/a" if x is None else f"{x / 2**20:.1f} MiB"
+    from moeproxy.units import human_bytes as mem
 
     lines = [
         f"{'':7}{'exact match':>12}{'perplexity':>12}{'parameters':>12}{'peak memory':>14}{'tokens/s':>10}",

@@ -131,6 +131,8 @@ def test_proxy_page_plans_and_cancels_a_build(app):
     assert not app.exception, app.exception
     assert any("Builds run on" in m.value for m in app.markdown)
     assert [m.label for m in app.metric][:1] == ["Accelerators"]
+    plan = app.dataframe[0].value.set_index("")  # the bundled tiny model, in human units
+    assert plan.loc["parameters (total)", "full"] == "635 K" and plan.loc["weights on disk", "full"] == "2.42 MiB"
     app.button(key="start_build").click().run()
     assert not app.exception
     text = " ".join(m.value for m in app.markdown)

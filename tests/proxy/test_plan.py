@@ -74,3 +74,13 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert "no config.json" in capsys.readouterr().err
     assert main(["plan", str(CONFIGS / "Mixtral-8x7B-v0.1.json"), "--keep-ratio", "0.25"]) == 2
     assert "must exceed top-k 2" in capsys.readouterr().err
+
+
+def test_plan_prints_a_tiny_model_in_human_units(capsys):
+    """The bundled 635 K-parameter model: `635 K`, not `0.00 B`; megabytes, not `0.0 GiB`."""
+    tiny = Path(__file__).parents[2] / "data" / "tiny-moe"
+    assert main(["plan", str(tiny), "--keep-ratio", "0.5"]) == 0
+    rows = {line[:28].strip(): line[28:].split() for line in capsys.readouterr().out.splitlines()[2:10]}
+    assert rows["parameters (total)"] == ["635", "K", "337", "K"]
+    assert rows["weights on disk"] == ["2.42", "MiB", "1.29", "MiB"]
+    assert rows["FLOPs per token"][1] == "K"
