@@ -59,3 +59,21 @@ def test_the_verdicts_metric():
                                                   {"category": "overflow", "metric": "grad_norm"}]}
     assert verdict_metric(result) == "grad_norm"
     assert verdict_metric({"verdict": "healthy", "findings": []}) is None
+
+
+def test_diagnose_json_says_where_the_verdicts_metric_sits_among_healthy_runs(store, tmp_path):
+    import subprocess
+    import sys
+
+    _run(tmp_path, store, "probe", lambda s: 1.45 if s < 60 else float("inf"), verdict=None)
+    proc = subprocess.run([sys.executable, "-m", "moeproxy", "diagnose", "probe", "--json", "--db",
+                           str(tmp_path / "runs.duckdb")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["verdict"], result["onset_step"]) == ("overflow", 60)
+    assert result["normal"] == {"metric": "grad_norm", "step": 60, "value": "inf", "percentile": 100.0,
+                                "healthy_runs": 10, "median": pytest.approx(1.45), "p05": pytest.approx(1.045),
+                                "p95": pytest.approx(1.855)}
+    healthy = json.loads(subprocess.run([sys.executable, "-m", "moeproxy", "diagnose", "ok1", "--json", "--db",
+                                         str(tmp_path / "runs.duckdb")], capture_output=True, text=True).stdout)
+    assert healthy["verdict"] == "healthy" and healthy["normal"] is None

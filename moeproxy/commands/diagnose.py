@@ -22,7 +22,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--detectors", action="store_true",
                         help="list the registered detectors and the categories they report, then exit")
     parser.add_argument("--json", action="store_true",
-                        help='print {"verdict", "onset_step", "findings": [...]} as JSON')
+                        help='print {"verdict", "onset_step", "findings": [...]} as JSON (a stored run also gets '
+                             '"normal": the percentile of the healthy runs in the store its verdict metric sits at)')
     parser.add_argument("--reference", metavar="TARGET",
                         help="a run or log that should match TARGET (same seed and data, another device or "
                              "precision): report where they part")
@@ -40,8 +41,14 @@ def run(args) -> int:
     if args.target is None:
         raise InputError("diagnose needs a TARGET: a run name in the database or a log file")
 
-    name, result, _stored = diagnose_target(args.target, args.db, args.reference)
+    name, result, stored = diagnose_target(args.target, args.db, args.reference)
     if args.json:
+        if stored:  # where the run sits among the healthy runs of the store, on the verdict's metric
+            from moeproxy.commands.common import open_store
+            from moeproxy.reference import verdict_metric, where_normal
+
+            metric = verdict_metric(result)
+            result["normal"] = where_normal(open_store(args), name, metric, result.get("onset_step")) if metric else None
         print(json.dumps(result, indent=2, allow_nan=False))
     else:
         print(render_text(result, run=name), end="")
