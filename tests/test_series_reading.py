@@ -30,23 +30,29 @@ EXPECTED = {1: 10.0, 2: 2.0, 3: 3.0, 4: 7.0, 5: math.inf}
 
 def raw_frame() -> pd.DataFrame:
     step, attempt, rank, value = zip(*ROWS)
-    return pd.DataFrame({"metric": "grad_norm", "step": step, "attempt": attempt, "rank": rank, "value": value,
-                         "wall_time": np.nan})
+    return pd.DataFrame({"metric": "grad_norm", "step": step, "attempt": attempt, "rank": rank, "value": value})
+
+
+def write_run(store: Store, run: str, frame: pd.DataFrame, names: dict[str, str]) -> None:
+    """Write a long frame (metric, step, attempt, rank, value) as one source of ``run``, through the
+    store's own transaction (``names``: original -> stored metric name)."""
+    with store.write() as tx:
+        run_id = tx.ensure_run(run, "full", None, "test", "synthetic")
+        source_id = tx.add_source(run_id, {"path": f"{run}.log", "sha256": f"sha-{run}", "format": "synthetic",
+                                           "framework": "test", "rows": len(frame), "steps": frame["step"].nunique(),
+                                           "metrics": frame["metric"].nunique(),
+                                           "nonfinite": int((~np.isfinite(frame["value"])).sum()),
+                                           "attempts": frame["attempt"].nunique(), "skipped_lines": 0,
+                                           "step_from_index": False})
+        tx.add_metric_names(run_id, names)
+        tx.add_scalars(run_id, source_id, frame.assign(wall_time=np.nan))
 
 
 @pytest.fixture
 def store(db_path) -> Store:
-    """A DuckDB file holding run 'r' with the rows above, written through the store's transaction."""
+    """A DuckDB file holding run 'r' with the rows above."""
     store = Store(db_path)
-    frame = raw_frame()
-    with store.write() as tx:
-        run_id = tx.ensure_run("r", "full", None, "test", "synthetic")
-        source_id = tx.add_source(run_id, {"path": "r.log", "sha256": "sha-r", "format": "synthetic",
-                                           "framework": "test", "rows": len(frame), "steps": 5, "metrics": 1,
-                                           "nonfinite": 2, "attempts": 2, "skipped_lines": 0,
-                                           "step_from_index": False})
-        tx.add_metric_names(run_id, {"actor/grad_norm": "grad_norm"})
-        tx.add_scalars(run_id, source_id, frame)
+    write_run(store, "r", raw_frame(), {"actor/grad_norm": "grad_norm"})
     return store
 
 
@@ -103,12 +109,5 @@ def test_a_global_overflow_is_not_averaged_away_by_finite_ranks(db_path):
     result = diagnose_frame(frame)
     assert result["verdict"] == "overflow" and result["onset_step"] == 30
     store = Store(db_path)
-    with store.write() as tx:
-        run_id = tx.ensure_run("o", "full", None, "test", "synthetic")
-        source_id = tx.add_source(run_id, {"path": "o.log", "sha256": "sha-o", "format": "synthetic",
-                                           "framework": "test", "rows": len(frame), "steps": 60, "metrics": 2,
-                                           "nonfinite": 62, "attempts": 1, "skipped_lines": 0,
-                                           "step_from_index": False})
-        tx.add_metric_names(run_id, {"grad_norm": "grad_norm", "loss": "loss"})
-        tx.add_scalars(run_id, source_id, frame.assign(wall_time=np.nan))
+    write_run(store, "o", frame, {"grad_norm": "grad_norm", "loss": "loss"})
     assert diagnose_frame(store.run_frame("o")) == result
