@@ -156,7 +156,7 @@ class FollowedFile:
             self._detect(data, size)
             if self.format is None:
                 return None
-        data = self._complete(data, size)
+        data = self._complete(data, size, max_bytes)
         if not data:
             return None
         return self._parse(data)
@@ -186,11 +186,16 @@ class FollowedFile:
     def _looks_binary_records(data: bytes) -> bool:
         return b"brain.Event:" in data[:256]
 
-    def _complete(self, data: bytes, size: int) -> bytes:
+    def _complete(self, data: bytes, size: int, max_bytes: int) -> bytes:
         """The longest prefix of complete lines (or records) of the bytes read."""
         if self.binary:
-            return data[: complete_records(data, self.path, self.position)]
-        return data[: data.rfind(b"\n") + 1]
+            complete = data[: complete_records(data, self.path, self.position)]
+        else:
+            complete = data[: data.rfind(b"\n") + 1]
+        if not complete and len(data) >= max_bytes:  # never read it again and again
+            raise FollowError(f"{self.path}: line {self.lines + 1}: longer than {max_bytes:,} bytes "
+                              f"(from byte {self.position:,}); not a training log line")
+        return complete
 
     def _parse(self, data: bytes) -> Chunk:
         skip_header = self.position == 0 and bool(self.header)

@@ -63,8 +63,10 @@ class WatchConfig:
             raise InputError("watch needs at least one PATH (a log file or a run directory)")
         if self.role not in ROLES:
             raise InputError(f"--role must be one of {', '.join(ROLES)}, not {self.role!r}")
-        if not (0 < self.interval <= 3600) or not (0 <= self.diagnose_every <= 86400):
-            raise InputError("--interval must be between 0 and 3600 seconds")
+        if not 0 < self.interval <= 3600:
+            raise InputError(f"--interval must be more than 0 and at most 3600 seconds, not {self.interval:g}")
+        if not 0 <= self.diagnose_every <= 86400:
+            raise InputError(f"diagnose_every must be between 0 and 86400 seconds, not {self.diagnose_every:g}")
         if self.webhook is not None and not self.webhook.startswith(("http://", "https://")):
             raise InputError(f"--webhook {self.webhook!r}: an http:// or https:// URL")
         if self.proxy_of is not None and self.proxy_of == self.run:
@@ -317,7 +319,12 @@ class Watcher:
             state = self.runs[run]
             if frame.empty:
                 continue
-            result = diagnose_frame(frame)
+            try:
+                result = diagnose_frame(frame)
+            except Exception as exc:  # noqa: BLE001 - a detector's bug must not stop the ingest
+                self.say(f"moeproxy watch: run {run!r}: diagnosis failed ({type(exc).__name__}: {str(exc)[:300]}); "
+                         "its rows are stored, it is diagnosed again when it grows", err=True)
+                continue
             key = (result["verdict"], result["onset_step"])
             alert = None
             if result["verdict"] != "healthy" and key not in state.raised:
@@ -326,13 +333,19 @@ class Watcher:
             if alert is not None or changed:
                 updates.append((run, result if changed else None, alert))
         if updates:
-            with self.store.write() as tx:
-                for run, result, alert in updates:
-                    run_id = self.store._run_id(tx.con, run)
-                    if result is not None:
-                        tx.add_findings(run_id, result, DETECTOR_VERSION)
-                    if alert is not None:
-                        tx.add_alert(run_id, alert)
+            try:
+                with self.store.write() as tx:
+                    for run, result, alert in updates:
+                        run_id = self.store._run_id(tx.con, run)
+                        if result is not None:
+                            tx.add_findings(run_id, result, DETECTOR_VERSION)
+                        if alert is not None:
+                            tx.add_alert(run_id, alert)
+            except StoreBusy as exc:  # nothing recorded: diagnosed and alerted at the next cycle
+                self.say(f"moeproxy watch: {exc}; trying again", err=True)
+                for run, _, _ in updates:
+                    self.runs[run].due = self.runs[run].urgent = True
+                return len(frames)
             for run, result, alert in updates:
                 state = self.runs[run]
                 if result is not None:

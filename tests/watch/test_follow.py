@@ -241,3 +241,18 @@ def test_an_alert_recorded_but_not_written_before_a_kill_is_written_at_restart(t
     w.close()
     assert [json.loads(line) for line in alerts.read_text().splitlines()] == [first]  # written once, not raised anew
     assert len(Store(tmp_path / "runs.duckdb").alerts("owed")) == 1
+
+
+def test_record_index_steps_run_on_across_chunks_and_an_endless_line_is_refused(tmp_path):
+    log = tmp_path / "nostep" / "metrics.jsonl"
+    log.parent.mkdir()
+    append(log, '{"loss": 3.0}\n{"loss": 2.9}\n')
+    w = make_watcher(tmp_path, log.parent, max_chunk_bytes=4096)
+    w.cycle()
+    append(log, '{"loss": 2.8}\n')
+    w.cycle()
+    assert [(s, v) for _, s, v, _ in stored(tmp_path)] == [(0, 3.0), (1, 2.9), (2, 2.8)]
+    append(log, "x" * 5000)  # no newline in sight within the most one look reads
+    w.cycle()
+    assert f"{log}: line 4: longer than 4,096 bytes" in w.err.getvalue()
+    w.close()
