@@ -9,10 +9,16 @@ a ``torch.device``; ``available_devices()`` lists what this host offers (for the
 from __future__ import annotations
 
 import functools
+from typing import Literal, get_args
 
 from moeproxy.errors import InputError
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu", "mps")
+# The one spelling of the device kinds: options, job specs, build specs and pages use these.
+DeviceKind = Literal["cpu", "cuda", "npu", "mps"]
+DeviceChoice = Literal["auto", DeviceKind]  # auto: NPU, then CUDA, else CPU
+DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
+DEVICE_CHOICES: tuple[str, ...] = get_args(DeviceChoice)
+DEVICE_NAMES = {"npu": "Ascend NPU", "cuda": "CUDA GPU", "mps": "Apple MPS", "cpu": "CPU"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,6 +73,15 @@ def has_accelerator() -> bool:
     return _npu_ready() or _cuda_ready()
 
 
+def auto_device_kind() -> str:
+    """The kind ``auto`` resolves to: ``npu``, then ``cuda``, else ``cpu`` (MPS only by name)."""
+    if _npu_ready():
+        return "npu"
+    if _cuda_ready():
+        return "cuda"
+    return "cpu"
+
+
 def resolve_device(choice: str = "auto"):
     """Turn ``auto|cpu|cuda|npu|mps`` into a ``torch.device``.
 
@@ -78,11 +93,8 @@ def resolve_device(choice: str = "auto"):
     if choice not in DEVICE_CHOICES:
         raise InputError(f"unknown device {choice!r}; choose one of {', '.join(DEVICE_CHOICES)}")
     if choice == "auto":
-        if _npu_ready():
-            return torch.device("npu", 0)
-        if _cuda_ready():
-            return torch.device("cuda", 0)
-        return torch.device("cpu")
+        kind = auto_device_kind()
+        return torch.device(kind, 0) if kind != "cpu" else torch.device("cpu")
     if choice != "cpu" and choice not in available_devices():
         raise InputError(
             f"device {choice!r} is not available on this host; available: {', '.join(available_devices())}"

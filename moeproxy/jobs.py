@@ -35,29 +35,41 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from moeproxy.devices import DEVICE_KINDS, DeviceKind
 from moeproxy.errors import InputError, MoeproxyError, NotFound
 from moeproxy.pids import pid_alive
+from moeproxy.proxy.keep import KeepChoice
 
 JOBS_ENV = "MOEPROXY_JOBS"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "lost")
 ACTIVE_STATES = ("queued", "running")
-DEVICE_KINDS = ("cpu", "cuda", "npu", "mps")
 # Variables a job inherits; everything else (tokens, keys) stays behind.
 _ENV_KEEP = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
              "OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HOME", "XDG_CACHE_HOME")
 _ENV_KEEP_PREFIXES = ("CUDA_", "ASCEND_", "NPU_", "HCCL_", "NCCL_", "TORCH_")
 HEARTBEAT_STALE_S = 600.0
+BUILD_OUTPUT = "proxy"  # a build job writes its proxy to <job dir>/proxy, never a path the user chose
 
 
-class BuildJobParams(BaseModel):
-    """A proxy build started from the dashboard: the source checkpoint and the pruning choice."""
+def build_output(job_dir: str | Path) -> Path:
+    """Where a build job writes its proxy checkpoint."""
+    return Path(job_dir) / BUILD_OUTPUT
+
+
+def build_report_path(job_dir: str | Path) -> Path:
+    """The ``proxy_report.json`` a finished build job wrote (``build_output``'s)."""
+    from moeproxy.proxy.build import REPORT_NAME
+
+    return build_output(job_dir) / REPORT_NAME
+
+
+class BuildJobParams(KeepChoice):
+    """A proxy build started from the dashboard: the source checkpoint and the pruning choice
+    (``keep_ratio``/``keep_experts``/``top_k`` and their rule: ``KeepChoice``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     src: Path
-    keep_ratio: float | None = Field(default=None, gt=0, le=1)
-    keep_experts: int | None = Field(default=None, ge=1)
-    top_k: Literal["keep", "scale"] = "keep"
     seed: int = 0
     verify: bool = True
     allowed_roots: list[Path] | None = None  # the dashboard's roots: every file the build reads must be inside
@@ -72,8 +84,6 @@ class BuildJobParams(BaseModel):
 
     @model_validator(mode="after")
     def _checks(self):
-        if (self.keep_ratio is None) == (self.keep_experts is None):
-            raise ValueError("give exactly one of keep_ratio or keep_experts")
         if self.allowed_roots is not None:
             roots = [Path(r).resolve() for r in self.allowed_roots]
             if not any(self.src == r or self.src.is_relative_to(r) for r in roots):
@@ -94,7 +104,7 @@ class JobSpec(BaseModel):
 
     job_id: str = Field(pattern=r"^[0-9a-f]{12}$")
     kind: Literal["build"]
-    device: Literal["cpu", "cuda", "npu", "mps"]
+    device: DeviceKind
     params: BuildJobParams
     created_at: str
 
@@ -276,14 +286,14 @@ def _run_build(job_dir: Path, spec: JobSpec, progress: Callable[[str, int, int, 
     from moeproxy.proxy.build import BuildSpec, build_proxy
 
     p = spec.params
-    build = BuildSpec(src=p.src, out=job_dir / "proxy", keep_ratio=p.keep_ratio, keep_experts=p.keep_experts,
+    build = BuildSpec(src=p.src, out=build_output(job_dir), keep_ratio=p.keep_ratio, keep_experts=p.keep_experts,
                       top_k=p.top_k, device=spec.device, seed=p.seed, verify=p.verify, allowed_roots=p.allowed_roots)
     print(f"building proxy of {p.src} on {spec.device} into {build.out}", flush=True)
     report = build_proxy(build, progress=progress)
     verify = report.get("verify", {})
     print(f"done: experts {report['experts_before']} -> {report['experts_after']}, "
           f"verification {'passed' if verify.get('passed', True) else 'FAILED'}", flush=True)
-    return {"output": report["output"], "report": str(job_dir / "proxy" / "proxy_report.json"),
+    return {"output": report["output"], "report": str(build_report_path(job_dir)),
             "verify_passed": verify.get("passed"), "experts_before": report["experts_before"],
             "experts_after": report["experts_after"]}
 

@@ -5,7 +5,6 @@ finished proxy's report. Jobs live in files next to the store, so they survive r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -13,18 +12,18 @@ import streamlit as st
 from dashboard import queries
 from moeproxy import jobs
 from moeproxy.allowed_paths import BUNDLED_DATA, allowed_roots, resolve_inside_roots
+from moeproxy.devices import DEVICE_NAMES
 from moeproxy.units import human_bytes
 from dashboard.safe_text import md_code, md_failure, md_text
 
-DEVICE_NAMES = {"npu": "Ascend NPU", "cuda": "CUDA GPU", "mps": "Apple MPS", "cpu": "CPU"}
 
 
 @st.cache_resource(show_spinner="Detecting accelerators ...")
 def detected_device() -> str:
-    """The device a build runs on: NPU, then CUDA, else CPU (MPS only when asked for by name)."""
-    from moeproxy.devices import available_devices
+    """The device a build runs on: what ``auto`` resolves to (NPU, then CUDA, else CPU)."""
+    from moeproxy.devices import auto_device_kind
 
-    return next((d for d in available_devices() if d in ("npu", "cuda")), "cpu")
+    return auto_device_kind()
 
 
 @st.cache_data(ttl=3600, max_entries=32, show_spinner="Planning (counting parameters on the meta device) ...")
@@ -66,7 +65,7 @@ def job_panel(root: str) -> None:
             st.rerun()
     st.code(jobs.log_tail(root, job["job_id"], 15) or "(no output yet)", language="text")
     if state == "succeeded":
-        report_path = Path(job["job_dir"]) / "proxy" / "proxy_report.json"
+        report_path = jobs.build_report_path(job["job_dir"])
         if report_path.exists():
             report = json.loads(report_path.read_text())
             st.success(f"Proxy written to {md_code(report['output'])}: " + md_text(

@@ -29,9 +29,9 @@ if proxy is not None:
     from moeproxy import jobs
 
     built = [j for j in jobs.list_jobs(jobs.jobs_root(db)) if j.get("state") == "succeeded"
-             and (Path(j["job_dir"]) / "proxy" / "proxy_report.json").exists()]
+             and jobs.build_report_path(j["job_dir"]).exists()]
     labels = {f"job {j['job_id']} ({(j.get('spec') or {}).get('params', {}).get('src', '?')})":
-              str(Path(j["job_dir"]) / "proxy" / "proxy_report.json") for j in built}
+              str(jobs.build_report_path(j["job_dir"])) for j in built}
     choice = st.selectbox("Proxy recipe", ["(next to the proxy run's logs, if any)"] + list(labels),
                           key="report_recipe", help="The proxy_report.json of a finished build job")
     recipe_path = labels.get(choice)

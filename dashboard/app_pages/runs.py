@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.safe_text import md_code, md_failure, md_lines, verdict_badge
+from moeproxy.contracts import ROLES
 
 UPLOAD_LIMIT_MB = 256
 UPLOAD_NAME_LIMIT = 200
@@ -65,7 +66,7 @@ with path_tab, st.form("ingest_path_form"):
     server_path = st.text_input("Log file or directory (inside the allowed roots)", key="ingest_path")
     c1, c2, c3 = st.columns(3)
     run_name = c1.text_input("Run name (default: file name)", key="ingest_run")
-    role = c2.selectbox("Role", ["full", "proxy", "other"], index=2, key="ingest_role")
+    role = c2.selectbox("Role", ROLES, index=ROLES.index("other"), key="ingest_role")
     proxy_of = c3.selectbox("Proxy of", [""] + names, key="ingest_proxy_of")
     if st.form_submit_button("Ingest", key="ingest_path_button"):
         from moeproxy.allowed_paths import readable_files_inside_roots
@@ -82,7 +83,7 @@ with upload_tab:
                               max_upload_size=UPLOAD_LIMIT_MB)
     c1, c2, c3 = st.columns(3)
     up_run = c1.text_input("Run name (default: file name)", key="upload_run")
-    up_role = c2.selectbox("Role", ["full", "proxy", "other"], index=2, key="upload_role")
+    up_role = c2.selectbox("Role", ROLES, index=ROLES.index("other"), key="upload_role")
     up_proxy_of = c3.selectbox("Proxy of", [""] + names, key="upload_proxy_of")
     if st.button("Ingest upload", key="upload_button", disabled=upload is None):
         safe_name = upload_file_name(upload.name)

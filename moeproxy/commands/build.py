@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import signal
 
+from moeproxy.commands.common import add_keep_options
+from moeproxy.devices import DEVICE_CHOICES
+
 HELP = "Build a proxy checkpoint: cluster each MoE layer's experts, keep one per cluster, copy the backbone."
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("src", help="source checkpoint directory (safetensors)")
     parser.add_argument("out", help="output directory (must not exist; written atomically)")
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--keep-ratio", type=float, help="fraction of routed experts kept per MoE layer")
-    group.add_argument("--keep-experts", type=int, help="routed experts kept per MoE layer")
+    add_keep_options(parser, required=True)
     parser.add_argument("--method", choices=["weights", "activations"], default="weights",
                         help="expert signatures: from weights (router rows + probe responses) or calibration activations")
     parser.add_argument("--calibration", help="JSONL calibration data for --method activations "
@@ -21,12 +22,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-calibration-tokens", type=int, default=4096, help="calibration token cap (default 4096)")
     parser.add_argument("--select", choices=["medoid", "frequency"], default="medoid",
                         help="cluster representative: medoid (default) or most frequently routed (needs activations)")
-    parser.add_argument("--top-k", choices=["keep", "scale"], default="keep",
-                        help="keep num_experts_per_tok (default; pruning == masking) or scale it by E'/E")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "npu", "mps"], default="auto",
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto",
                         help="device for calibration and verification (auto: npu, then cuda, then cpu)")
     parser.add_argument("--seed", type=int, default=0, help="seed for probe inputs and verification tokens")
-    parser.add_argument("--ep-size", type=int, default=1, help="expert-parallel size the kept count must divide by")
     parser.add_argument("--no-verify", action="store_true", help="skip loading and comparing the written proxy")
     parser.add_argument("--json", action="store_true", help="print the proxy report as JSON")
 

@@ -13,6 +13,29 @@ def add_db_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """--run, --role (``contracts.ROLES``) and --proxy-of: what the ingested rows belong to."""
+    from moeproxy.contracts import ROLES
+
+    parser.add_argument("--run", metavar="NAME", help="run name for all PATHs (default: derived from each path)")
+    parser.add_argument("--role", choices=ROLES, default="other",
+                        help="full run, proxy run, or other (default: other)")
+    parser.add_argument("--proxy-of", metavar="RUN", help="for a proxy run: the full run it stands in for")
+
+
+def add_keep_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    """--keep-ratio | --keep-experts (exactly one when ``required``; the rule:
+    ``moeproxy.proxy.constraints.ratio_or_count_problem``), --top-k and --ep-size: how a proxy prunes."""
+    from moeproxy.proxy.constraints import TOP_K_MODES
+
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--keep-ratio", type=float, help="fraction of routed experts kept per MoE layer")
+    group.add_argument("--keep-experts", type=int, help="routed experts kept per MoE layer")
+    parser.add_argument("--top-k", choices=TOP_K_MODES, default="keep",
+                        help="keep num_experts_per_tok (default; pruning == masking) or scale it by E'/E")
+    parser.add_argument("--ep-size", type=int, default=1, help="expert-parallel size the kept count must divide by")
+
+
 def open_store(args):
     from moeproxy.store import Store
 

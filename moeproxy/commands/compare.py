@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 
+from moeproxy.commands.common import add_db_option
+
 HELP = "Compare two stored runs (full vs proxy): verdicts, onset steps, metric correlations, cost."
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("full_run", metavar="FULL_RUN", help="stored run name of the full model")
     parser.add_argument("proxy_run", metavar="PROXY_RUN", help="stored run name of the proxy")
-    parser.add_argument("--db", default=None, help="run store (default: MOEPROXY_DB or the per-user store)")
+    add_db_option(parser)
     parser.add_argument("--smooth", type=int, default=5, help="rolling-mean window in records (default 5)")
     parser.add_argument("--json", action="store_true", help="print the fidelity JSON")
 

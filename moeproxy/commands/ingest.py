@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 from functools import partial
 
-from moeproxy.commands.common import add_db_option, open_store, progress_printer
+from moeproxy.commands.common import add_db_option, add_run_options, open_store, progress_printer
 
 HELP = "ingest training logs (any supported format, auto-detected) into the run database"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="log files or directories (walked recursively)")
-    parser.add_argument("--run", metavar="NAME", help="run name for all PATHs (default: derived from each path)")
-    parser.add_argument("--role", choices=("full", "proxy", "other"), default="other",
-                        help="full run, proxy run, or other (default: other)")
-    parser.add_argument("--proxy-of", metavar="RUN", help="for a proxy run: the full run it stands in for")
+    add_run_options(parser)
     parser.add_argument("--format", dest="fmt", default="auto", metavar="NAME",
                         help="auto (sniff the content, default) or a format name from `moeproxy formats`")
     parser.add_argument("--json", action="store_true", help="print the per-file summaries as JSON")

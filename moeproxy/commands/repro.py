@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from moeproxy.commands.common import add_db_option
+
 HELP = "Reproduction harness: pretrain the tiny MoE, run GRPO fault scenarios on a model and its proxy."
 
 
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output directory (proxy checkpoint, logs, fidelity.json)")
     p.add_argument("--seed", type=int, default=0, help="seed of prompts, sampling and the proxy build (default 0)")
     p.add_argument("--model", default=None, help="full checkpoint (default: data/tiny-moe)")
-    p.add_argument("--db", default=None, help="run store (default: MOEPROXY_DB or the per-user store)")
+    add_db_option(p)
     p.add_argument("--name", default=None, help="run name prefix (default: repro-<scenario>-s<seed>)")
     p.add_argument("--baseline", choices=("cluster", "random", "dense", "replica"), default="cluster",
                    help="proxy kind: clustering (moeproxy build, default), random experts, a dense model, or "

@@ -7,14 +7,11 @@ HELP = "follow growing training logs: ingest new lines as they come, re-diagnose
 
 
 def add_arguments(parser) -> None:
-    from moeproxy.commands.common import add_db_option
+    from moeproxy.commands.common import add_db_option, add_run_options
 
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="log files or run directories (one run per directory, named after it)")
-    parser.add_argument("--run", metavar="NAME", help="run name for all PATHs (default: derived from each path)")
-    parser.add_argument("--role", choices=("full", "proxy", "other"), default="other",
-                        help="full run, proxy run, or other (default: other)")
-    parser.add_argument("--proxy-of", metavar="RUN", help="for a proxy run: the full run it stands in for")
+    add_run_options(parser)
     parser.add_argument("--alerts", metavar="FILE.jsonl", help="append each alert to this file as one JSON line")
     parser.add_argument("--webhook", metavar="URL", help="POST each alert's JSON to this URL (background, with retries)")
     parser.add_argument("--interval", metavar="SECONDS", type=float, default=1.0,

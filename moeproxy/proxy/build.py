@@ -30,33 +30,33 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from moeproxy.devices import DeviceChoice
 from moeproxy.errors import InputError
 from moeproxy.proxy.arch import adapter_for
 from moeproxy.proxy.checkpoint import INDEX_NAME, SINGLE_NAME, OutputTensor, open_checkpoint, slice_ranges, write_shard
 from moeproxy.proxy.constraints import proxy_top_k, resolve_kept_count, routing_notes
+from moeproxy.proxy.keep import KeepChoice
 from moeproxy.pids import pid_alive
 
 REPORT_NAME = "proxy_report.json"
 ProgressFn = Callable[[str, int, int, str], None]
 
 
-class BuildSpec(BaseModel):
-    """Everything a proxy build needs; serialises to JSON (without the progress callback)."""
+class BuildSpec(KeepChoice):
+    """Everything a proxy build needs; serialises to JSON (without the progress callback).
+    ``keep_ratio``/``keep_experts``/``top_k`` and their rule come from ``KeepChoice``."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     src: Path
     out: Path
-    keep_ratio: float | None = Field(default=None, gt=0, le=1)
-    keep_experts: int | None = Field(default=None, ge=1)
     method: Literal["weights", "activations"] = "weights"
     calibration: Path | None = None
     max_calibration_tokens: int = Field(default=4096, ge=1)
     select: Literal["medoid", "frequency"] = "medoid"
-    top_k: Literal["keep", "scale"] = "keep"
-    device: Literal["auto", "cpu", "cuda", "npu", "mps"] = "auto"
+    device: DeviceChoice = "auto"
     seed: int = 0
     ep_size: int = Field(default=1, ge=1)
     verify: bool = True
@@ -64,9 +64,7 @@ class BuildSpec(BaseModel):
     progress: Any = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
-    def _one_of_ratio_or_count(self):
-        if (self.keep_ratio is None) == (self.keep_experts is None):
-            raise ValueError("give exactly one of keep_ratio or keep_experts")
+    def _method_needs(self):
         if self.method == "activations" and self.calibration is None:
             raise ValueError("method 'activations' needs a calibration file")
         if self.select == "frequency" and self.method != "activations":

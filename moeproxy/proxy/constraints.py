@@ -14,14 +14,23 @@ checked E', or raises ``InputError`` naming the failed rule and the nearest vali
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from moeproxy.errors import InputError
 
-TOP_K_MODES = ("keep", "scale")
+TopKMode = Literal["keep", "scale"]
+TOP_K_MODES: tuple[str, ...] = get_args(TopKMode)
 # keep:  num_experts_per_tok unchanged (default). Pruning then equals masking the removed experts in
 #        the full model, and the active parameters per token stay the same.
 # scale: top-k shrinks with the expert count, k' = max(1, round(k * E'/E)); per-token compute drops
 #        by the same factor. Exact when each kept expert stands for E/E' identical ones.
+
+
+def ratio_or_count_problem(keep_ratio: float | None, keep_experts: int | None) -> str | None:
+    """The one rule of how a kept count is asked for: exactly one of a ratio or a count."""
+    if (keep_ratio is None) == (keep_experts is None):
+        return "give exactly one of keep_ratio or keep_experts (--keep-ratio or --keep-experts)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -90,8 +99,9 @@ def resolve_kept_count(
     ep_size: int = 1,
 ) -> int:
     """Check and return E' from exactly one of a ratio or a count."""
-    if (keep_ratio is None) == (keep_experts is None):
-        raise InputError("give exactly one of --keep-ratio or --keep-experts")
+    problem = ratio_or_count_problem(keep_ratio, keep_experts)
+    if problem:
+        raise InputError(problem)
     if keep_ratio is not None:
         if not 0 < keep_ratio <= 1:
             raise InputError(f"--keep-ratio {keep_ratio} must be in (0, 1]")
