@@ -41,11 +41,49 @@ def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of:
     return lines + [f"{name}: not diagnosed ({why})" for name, why in failures.items()]
 
 
+GLANCE_LIMIT = 40  # runs drawn as sparklines (the first ones of the table)
+
+
+@st.cache_data(ttl=600, max_entries=16, show_spinner=False)
+def sparklines(db: str, version: int, runs: tuple[str, ...]) -> dict:
+    """run -> {"loss": SVG or None, "grad_norm": ...} (numbers only, safe whatever the run's name)."""
+    from moeproxy.sparklines import run_sparklines
+    from moeproxy.store import Store
+
+    return run_sparklines(Store(db), list(runs))
+
+
+def show_glance(db: str, version: int, table) -> None:
+    """Each run's verdict beside its loss and grad-norm sparklines: which runs to open."""
+    from moeproxy.sparklines import SPARK_METRICS
+
+    glance = table.head(GLANCE_LIMIT)
+    st.subheader("At a glance")
+    if len(table) > GLANCE_LIMIT:
+        st.caption(f"the first {GLANCE_LIMIT} of {len(table)} runs")
+    drawn = sparklines(db, version, tuple(glance["run"]))
+    widths = [3, 2, 2, 2]
+    for column, title in zip(st.columns(widths), ("run", "verdict", "loss", "grad norm")):
+        column.caption(title)
+    for i, r in enumerate(glance.itertuples()):
+        with st.container(key=f"glance_{i}"):
+            cells = st.columns(widths, vertical_alignment="center")
+            cells[0].text(r.run)  # a user's name: text, never Markdown
+            cells[1].markdown(verdict_badge(r.verdict if isinstance(r.verdict, str) else None))
+            for cell, metric in zip(cells[2:], SPARK_METRICS):
+                svg = drawn.get(r.run, {}).get(metric)
+                if svg:
+                    cell.image(svg)
+                else:
+                    cell.caption(f"no {metric}")
+
+
 st.title("Runs")
 if st.session_state.get("ingest_message"):
     st.success(md_lines(st.session_state.pop("ingest_message")))
 db = queries.db_path()
-table = queries.runs(db, queries.data_version())
+version = queries.data_version()
+table = queries.runs(db, version)
 
 if table.empty:
     st.info("No runs yet. Ingest a log below, or from a shell: `moeproxy ingest PATH --run NAME`.")
@@ -58,6 +96,7 @@ else:
                                 "onset_step": st.column_config.NumberColumn("onset step")})
     st.markdown("  ".join(f"**{md_code(r.run)}** {verdict_badge(r.verdict if isinstance(r.verdict, str) else None)}"
                           for r in table.itertuples()))
+    show_glance(db, version, table)
 
 st.subheader("Ingest logs")
 path_tab, upload_tab = st.tabs(["From a path on this server", "Upload a file"])

@@ -101,7 +101,7 @@ class Watcher:
         self.files: dict[tuple[int, int], FollowedFile] = {}
         self.runs: dict[str, RunState] = {}
         self.saved: dict[int, dict] = {}  # source_id -> stored position (to resume a file seen again)
-        self.scratch = Path(tempfile.mkdtemp(prefix="moeproxy-watch-"))
+        self.scratch = _scratch_folder()
         self._said: set[str] = set()
         self._started = False
 
@@ -355,6 +355,19 @@ class Watcher:
                     self.sink.emit(alert)
                     report.alerts.append(alert)
         return len(frames)
+
+
+def _scratch_folder() -> Path:
+    """A private folder for the scratch copies of new bytes, named with this process id; those of
+    watchers no longer alive (killed with -9: no clean-up ran) are removed."""
+    from moeproxy.pids import pid_alive
+
+    root = Path(tempfile.gettempdir())
+    for old in root.glob("moeproxy-watch-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"moeproxy-watch-{os.getpid()}-"))
 
 
 def _breaks_envelope(frame, envelope: dict) -> bool:
