@@ -336,7 +336,7 @@ class Watcher:
             try:
                 with self.store.write() as tx:
                     for run, result, alert in updates:
-                        run_id = self.store._run_id(tx.con, run)
+                        run_id = self.store.run_id(tx.con, run)
                         if result is not None:
                             tx.add_findings(run_id, result, DETECTOR_VERSION)
                         if alert is not None:
