@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "export": "moeproxy.commands.export",
     "formats": "moeproxy.commands.formats",
     "diagnose": "moeproxy.commands.diagnose",
+    "families": "moeproxy.commands.families",
     "plan": "moeproxy.commands.plan",
     "build": "moeproxy.commands.build",
     "dashboard": "moeproxy.commands.dashboard",

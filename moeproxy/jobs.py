@@ -39,6 +39,7 @@ from moeproxy.devices import DEVICE_KINDS, DeviceKind
 from moeproxy.errors import InputError, MoeproxyError, NotFound
 from moeproxy.pids import pid_alive
 from moeproxy.proxy.keep import KeepChoice
+from moeproxy.registry import Registry
 
 JOBS_ENV = "MOEPROXY_JOBS"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "lost")
@@ -155,8 +156,7 @@ def launch(root: str | Path, kind: str, params: BuildJobParams | dict, device: s
 
     Raises ``InputError`` for bad parameters and when another job is active on ``device``.
     """
-    if kind not in JOB_KINDS:
-        raise InputError(f"unknown job kind {kind!r}; known: {', '.join(JOB_KINDS)}")
+    JOB_KINDS.lookup(kind)
     if device not in DEVICE_KINDS:
         raise InputError(f"unknown device {device!r}; choose one of {', '.join(DEVICE_KINDS)}")
     try:
@@ -298,7 +298,8 @@ def _run_build(job_dir: Path, spec: JobSpec, progress: Callable[[str, int, int, 
             "experts_after": report["experts_after"]}
 
 
-JOB_KINDS: dict[str, Callable[[Path, JobSpec, Callable], dict]] = {"build": _run_build}
+JOB_KINDS: Registry[Callable[[Path, JobSpec, Callable], dict]] = Registry("job kind")
+JOB_KINDS.add("build", _run_build)
 
 
 def run_job(job_dir: str | Path) -> int:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from moeproxy.commands.common import add_db_option
+from moeproxy.repro.harness import BASELINES
 
 HELP = "Reproduction harness: pretrain the tiny MoE, run GRPO fault scenarios on a model and its proxy."
 
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="full checkpoint (default: data/tiny-moe)")
     add_db_option(p)
     p.add_argument("--name", default=None, help="run name prefix (default: repro-<scenario>-s<seed>)")
-    p.add_argument("--baseline", choices=("cluster", "random", "dense", "replica"), default="cluster",
+    p.add_argument("--baseline", choices=list(BASELINES), default="cluster",
                    help="proxy kind: clustering (moeproxy build, default), random experts, a dense model, or "
                         "a replica (the full model with another sampling seed: the noise ceiling)")
     p.add_argument("--heal-steps", type=int, default=100,

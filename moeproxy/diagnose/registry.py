@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
+from moeproxy.registry import Registry
 
 DetectFunction = Callable[[RunSeries, DiagnoseConfig], list[Finding]]
 
@@ -25,14 +26,12 @@ class Detector:
     detect: DetectFunction
 
 
-DETECTORS: dict[str, Detector] = {}
+DETECTORS: Registry[Detector] = Registry("detector")
 
 
 def register_detector(name: str, description: str) -> Callable[[DetectFunction], DetectFunction]:
     def wrap(fn: DetectFunction) -> DetectFunction:
-        if name in DETECTORS:
-            raise ValueError(f"detector {name!r} registered twice")
-        DETECTORS[name] = Detector(name, description, fn)
+        DETECTORS.add(name, Detector(name, description, fn))
         return fn
 
     return wrap

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from moeproxy.ingest.source import SourceFile
+from moeproxy.registry import Registry
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,12 +46,9 @@ class LogFormat:
     binary: bool = False  # reads binary files (TensorBoard event files)
 
 
-FORMATS: dict[str, LogFormat] = {}
+FORMATS: Registry[LogFormat] = Registry("log format")
 
 
 def register(fmt: LogFormat) -> LogFormat:
     """Add a format; a module registers its formats with one call each at its bottom."""
-    if fmt.name in FORMATS:
-        raise ValueError(f"log format {fmt.name!r} registered twice")
-    FORMATS[fmt.name] = fmt
-    return fmt
+    return FORMATS.add(fmt.name, fmt)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from moeproxy.errors import InputError
 from moeproxy.proxy.constraints import RoutingShape
+from moeproxy.registry import Registry
 
 # routing kinds: how the router scores experts (used for masking and calibration statistics)
 SOFTMAX_TOPK = "softmax_topk"  # softmax over all E, top-k, optional renormalisation
@@ -101,7 +102,7 @@ class FamilyAdapter:
         return out
 
 
-FAMILIES: dict[str, FamilyAdapter] = {}
+FAMILIES: Registry[FamilyAdapter] = Registry("MoE family")
 MAX_CONFIG_COUNT = 1 << 20  # experts, top-k, groups: far above any real model, far below an overflow
 
 
@@ -115,8 +116,8 @@ def config_int(config: dict, key: str) -> int:
 
 
 def register(adapter: FamilyAdapter) -> FamilyAdapter:
-    FAMILIES[adapter.model_type] = adapter
-    return adapter
+    """Add a family adapter (one call per family, below)."""
+    return FAMILIES.add(adapter.model_type, adapter)
 
 
 _MLP_BLOCK = r"(?:model\.)?layers\.(?P<layer>\d+)\.mlp"
@@ -157,6 +158,13 @@ register(FamilyAdapter(
 
 def supported_families() -> list[str]:
     return sorted(FAMILIES)
+
+
+def describe_families() -> list[dict]:
+    """One row per registered family (model_type, routing, expert-count fields, layout, notes), in
+    registration order: what ``moeproxy families`` lists."""
+    return [{"model_type": a.model_type, "routing": a.routing, "expert_count_keys": list(a.count_keys),
+             "layout": a.layout, "notes": a.notes} for a in FAMILIES.values()]
 
 
 def adapter_for(config: dict, source: str = "config.json") -> FamilyAdapter:

@@ -27,6 +27,7 @@ from moeproxy.proxy.checkpoint import Checkpoint, read_tensor, read_tensor_into,
 from moeproxy.proxy.heap import bound_heap_growth, trim_heap
 from moeproxy.proxy.layout import MoeLayer, MoeLayout
 from moeproxy.proxy.threads import one_intra_op_thread
+from moeproxy.registry import Registry
 
 PROBE_TOKENS = 32
 
@@ -200,7 +201,7 @@ def activation_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFe
     yield from calibrate(ctx)
 
 
-FEATURE_METHODS: dict[str, Callable[[FeatureContext], Iterator[tuple[MoeLayer, LayerFeatures]]]] = {
-    "weights": weight_features,
-    "activations": activation_features,
-}
+FEATURE_METHODS: Registry[Callable[[FeatureContext], Iterator[tuple[MoeLayer, LayerFeatures]]]] = \
+    Registry("feature method")
+FEATURE_METHODS.add("weights", weight_features)
+FEATURE_METHODS.add("activations", activation_features)

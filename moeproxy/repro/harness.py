@@ -27,12 +27,27 @@ import json
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from moeproxy.errors import InputError
+from moeproxy.registry import Registry
 
-BASELINES = ("cluster", "random", "dense", "replica")
+
+@dataclass
+class ProxySide:
+    """What a baseline hands the scenario run: the proxy model, what it is, and how to train it."""
+
+    model: Any
+    tokenizer: Any
+    info: dict
+    evaluation: dict | None = None  # the keep/reject evaluation, where the baseline makes one
+    train_extra: dict = field(default_factory=dict)  # scenario config overrides (the replica's sampling seed)
+
+
+# baseline name -> (spec, log, timings) -> ProxySide; the kinds of proxy run_pair compares (filled below)
+BASELINES: Registry[Callable[..., ProxySide]] = Registry("baseline")
 
 
 @dataclass
@@ -61,8 +76,7 @@ class HarnessSpec:
             raise InputError(f"--keep-ratio must be in (0, 1], got {self.keep_ratio}")
         if self.steps < 5:
             raise InputError(f"--steps must be >= 5 for a comparison, got {self.steps}")
-        if self.baseline not in BASELINES:
-            raise InputError(f"baseline {self.baseline!r}; expected one of {', '.join(BASELINES)}")
+        BASELINES.lookup(self.baseline)
         if self.heal_steps < 0:
             raise InputError(f"heal_steps must be >= 0, got {self.heal_steps}")
 
@@ -153,6 +167,73 @@ def dense_model(spec: HarnessSpec, log=print):
 REPLICA_SAMPLING_OFFSET = 7919
 
 
+def _cluster_baseline(spec: HarnessSpec, log, timings: dict) -> ProxySide:
+    """``moeproxy build`` then healing (or a proxy an earlier run built), evaluated before RL."""
+    from moeproxy.repro.evaluation import EvalLimits, evaluate_pair, write_eval_tasks
+    from moeproxy.repro.tiny_moe import load_tiny_moe
+
+    if spec.reuse_proxy is not None:
+        proxy_dir = Path(spec.reuse_proxy)
+        report = json.loads((proxy_dir / "proxy_report.json").read_text())
+        if report.get("spec", {}).get("keep_ratio") != spec.keep_ratio:
+            raise InputError(f"{proxy_dir}: built at keep ratio {report.get('spec', {}).get('keep_ratio')}, not {spec.keep_ratio}")
+        info = {"reused": str(proxy_dir), "experts_before": report.get("experts_before"),
+                "experts_after": report.get("experts_after"), "kept_experts": report.get("kept_experts")}
+        saved = proxy_dir.parent / "evaluation.json"
+        evaluation = json.loads(saved.read_text()) if saved.is_file() else None
+        return ProxySide(*load_tiny_moe(proxy_dir), info, evaluation)
+    t = time.perf_counter()
+    proxy_dir, info = build_cluster_proxy(spec, log=log)
+    timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+    evaluation = None
+    if spec.evaluate:
+        t = time.perf_counter()
+        tasks = spec.out / "eval_tasks.jsonl"
+        write_eval_tasks(tasks)
+        evaluation = evaluate_pair(_full_dir(spec), proxy_dir, tasks, EvalLimits())
+        (spec.out / "evaluation.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+        timings["evaluate_s"] = round(time.perf_counter() - t, 2)
+        log(f"evaluate: {evaluation['decision']} (exact match {evaluation['full']['exact_match']:.3f} -> "
+            f"{evaluation['proxy']['exact_match']:.3f})")
+    return ProxySide(*load_tiny_moe(proxy_dir), info, evaluation)
+
+
+def _random_baseline(spec: HarnessSpec, log, timings: dict) -> ProxySide:
+    """E' random experts per layer (the others masked in the full model), healed like the proxy."""
+    from moeproxy.repro.pretrain import supervised_steps
+
+    t = time.perf_counter()
+    model, tokenizer, info = random_masked_model(spec)
+    supervised_steps(model, tokenizer, spec.heal_steps, spec.seed, 1e-3)
+    info["heal"] = {"steps": spec.heal_steps}
+    timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+    return ProxySide(model, tokenizer, info)
+
+
+def _dense_baseline(spec: HarnessSpec, log, timings: dict) -> ProxySide:
+    """A dense model with the proxy's active parameter count."""
+    t = time.perf_counter()
+    side = ProxySide(*dense_model(spec, log=log))
+    timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+    return side
+
+
+def _replica_baseline(spec: HarnessSpec, log, timings: dict) -> ProxySide:
+    """The full model itself with another rollout sampling seed: the noise ceiling."""
+    from moeproxy.repro.tiny_moe import load_tiny_moe
+
+    seed = spec.seed + REPLICA_SAMPLING_OFFSET
+    return ProxySide(*load_tiny_moe(_full_dir(spec)),
+                     {"replica": f"the full model, same prompts, sampling seed {seed}"},
+                     train_extra={"sampling_seed": seed})
+
+
+BASELINES.add("cluster", _cluster_baseline)
+BASELINES.add("random", _random_baseline)
+BASELINES.add("dense", _dense_baseline)
+BASELINES.add("replica", _replica_baseline)
+
+
 def _train(model, tokenizer, spec: HarnessSpec, log_path: Path, **extra) -> dict:
     from moeproxy.repro.grpo import run_grpo
     from moeproxy.repro.scenarios import get_scenario
@@ -214,7 +295,6 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
 
     from moeproxy.diagnose.record import diagnose_and_record
     from moeproxy.fidelity import compare_runs
-    from moeproxy.repro.evaluation import EvalLimits, evaluate_pair, write_eval_tasks
     from moeproxy.repro.scenarios import get_scenario
     from moeproxy.repro.tiny_moe import load_tiny_moe
     from moeproxy.store import Store
@@ -224,45 +304,8 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
     scenario = get_scenario(spec.scenario)
     timings = {}
 
-    t = time.perf_counter()
-    evaluation = None
-    if spec.baseline == "cluster" and spec.reuse_proxy is not None:
-        proxy_dir = Path(spec.reuse_proxy)
-        report = json.loads((proxy_dir / "proxy_report.json").read_text())
-        if report.get("spec", {}).get("keep_ratio") != spec.keep_ratio:
-            raise InputError(f"{proxy_dir}: built at keep ratio {report.get('spec', {}).get('keep_ratio')}, not {spec.keep_ratio}")
-        proxy_info = {"reused": str(proxy_dir), "experts_before": report.get("experts_before"),
-                      "experts_after": report.get("experts_after"), "kept_experts": report.get("kept_experts")}
-        saved = proxy_dir.parent / "evaluation.json"
-        evaluation = json.loads(saved.read_text()) if saved.is_file() else None
-        proxy_model, proxy_tok = load_tiny_moe(proxy_dir)
-    elif spec.baseline == "cluster":
-        proxy_dir, proxy_info = build_cluster_proxy(spec, log=log)
-        timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
-        if spec.evaluate:
-            t = time.perf_counter()
-            tasks = spec.out / "eval_tasks.jsonl"
-            write_eval_tasks(tasks)
-            evaluation = evaluate_pair(_full_dir(spec), proxy_dir, tasks, EvalLimits())
-            (spec.out / "evaluation.json").write_text(json.dumps(evaluation, indent=2) + "\n")
-            timings["evaluate_s"] = round(time.perf_counter() - t, 2)
-            log(f"evaluate: {evaluation['decision']} (exact match {evaluation['full']['exact_match']:.3f} -> "
-                f"{evaluation['proxy']['exact_match']:.3f})")
-        proxy_model, proxy_tok = load_tiny_moe(proxy_dir)
-    elif spec.baseline == "random":
-        from moeproxy.repro.pretrain import supervised_steps
-
-        proxy_model, proxy_tok, proxy_info = random_masked_model(spec)
-        supervised_steps(proxy_model, proxy_tok, spec.heal_steps, spec.seed, 1e-3)
-        proxy_info["heal"] = {"steps": spec.heal_steps}
-        timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
-    elif spec.baseline == "replica":
-        proxy_model, proxy_tok = load_tiny_moe(_full_dir(spec))
-        proxy_info = {"replica": "the full model, same prompts, sampling seed "
-                                 f"{spec.seed + REPLICA_SAMPLING_OFFSET}"}
-    else:
-        proxy_model, proxy_tok, proxy_info = dense_model(spec, log=log)
-        timings["build_and_heal_s"] = round(time.perf_counter() - t, 2)
+    proxy = BASELINES.lookup(spec.baseline)(spec, log, timings)
+    evaluation, proxy_info = proxy.evaluation, proxy.info
 
     torch.manual_seed(spec.seed)
     full_log = spec.out / "full.jsonl"
@@ -280,8 +323,7 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
         gc.collect()
     timings["full_rl_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
-    extra = {"sampling_seed": spec.seed + REPLICA_SAMPLING_OFFSET} if spec.baseline == "replica" else {}
-    proxy_summary = _train(proxy_model, proxy_tok, spec, spec.out / "proxy.jsonl", **extra)
+    proxy_summary = _train(proxy.model, proxy.tokenizer, spec, spec.out / "proxy.jsonl", **proxy.train_extra)
     timings["proxy_rl_s"] = round(time.perf_counter() - t, 2)
     log(f"proxy run: {spec.steps} steps, {proxy_summary['step_time_median_s']:.3f} s/step")
 
