@@ -17,6 +17,7 @@ import math
 import os
 import random
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,49 @@ def write_megatron_log(path: Path, iterations: int) -> int:
             if it % 1000 == 0:
                 fh.write("[default0]: (min, max) time across ranks (ms):\n")
     return values
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | 0x80 if n else low)
+        if not n:
+            return bytes(out)
+
+
+def write_event_file(directory: Path, steps: int, tags: list[str], value_of, wall0: float = 1.7e9) -> Path:
+    """A TensorBoard event file as tensorboardX writes it (a test checks it byte for byte): a
+    file_version event, then one event per scalar for steps 1..steps. tensorboardX itself takes
+    minutes for 2M scalars (its checksums are pure Python); the checksums here come in bulk."""
+    import numpy as np
+
+    from moeproxy.ingest.crc32c import crc32c, crc32c_equal_length, masked
+
+    payloads = [b"\x09" + struct.pack("<d", wall0) + b"\x1a\x0dbrain.Event:2"]
+    tag_fields = [b"\x0a" + _varint(len(t.encode())) + t.encode() for t in tags]
+    pack_d, pack_f = struct.Struct("<d").pack, struct.Struct("<f").pack
+    for step in range(1, steps + 1):
+        head = b"\x10" + _varint(step)
+        for i, tag_field in enumerate(tag_fields):
+            value = tag_field + b"\x15" + pack_f(value_of(step, i))
+            summary = b"\x0a" + _varint(len(value)) + value
+            payloads.append(b"\x09" + pack_d(wall0 + step * 0.01) + head + b"\x2a" + _varint(len(summary)) + summary)
+    lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    buf = np.frombuffer(b"".join(payloads), np.uint8)
+    crcs = np.empty(len(payloads), np.uint32)
+    for length in np.unique(lengths).tolist():
+        members = np.flatnonzero(lengths == length)
+        crcs[members] = masked(crc32c_equal_length(buf, starts[members], length))
+    header = struct.Struct("<QI").pack
+    length_crc = {n: masked(crc32c(struct.pack("<Q", n))) for n in np.unique(lengths).tolist()}
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"events.out.tfevents.{int(wall0)}.bench"
+    with open(path, "wb") as fh:
+        fh.write(b"".join(header(len(p), length_crc[len(p)]) + p + struct.pack("<I", c)
+                          for p, c in zip(payloads, crcs.tolist())))
+    return path
 
 
 def run_child(args: list[str]) -> tuple[float, float, str]:

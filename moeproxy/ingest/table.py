@@ -210,83 +210,123 @@ class LogTable:
         keep = np.concatenate([np.ones(len(v), dtype=bool) if k is None else k for v, k in converted])
         return values, keep
 
-    @staticmethod
-    def _conflict(seen: dict[int, float], new: dict[int, float]) -> bool:
-        """Whether a record repeats a metric of its step with another value (a re-logged step)."""
-        for code, value in new.items():
-            if code in seen:
-                old = seen[code]
-                if not (old == value or (old != old and value != value)):
-                    return True
-        return False
-
     def attempts(self, codes: np.ndarray | None = None, values: np.ndarray | None = None) -> np.ndarray:
-        """Attempt number per record (see module docstring).
-
-        A record at the same step as the previous one joins it unless it logs a metric that step
-        already has with another value (HF Trainer's eval entries repeat ``epoch``; a restart
-        re-logs the step with new values). Values are only looked at for such equal steps.
-        """
-        steps = self._step_array()
-        ranks = np.asarray(self._ranks, dtype=np.int64)
-        attempt_of = np.zeros(len(steps), dtype=np.int32)
-        offsets = None
-
-        def record_values(i: int) -> dict[int, float]:
-            start, stop = offsets[i], offsets[i + 1]
-            return dict(zip(codes[start:stop].tolist(), values[start:stop].tolist()))
-
-        for rank in np.unique(ranks):
-            idx = np.flatnonzero(ranks == rank)
-            s = steps[idx]
-            if len(s) < 2 or bool(np.all(s[1:] > s[:-1])):
-                continue  # strictly increasing: one attempt, the common case
-            if offsets is None:
-                if codes is None or values is None:
-                    codes = np.concatenate(self._code_segments)
-                    values = self._float_values()[0]
-                offsets = np.concatenate([[0], np.cumsum(np.asarray(self._counts, dtype=np.int64))])
-            attempt = 0
-            seen: dict[int, float] = {}
-            for k in range(len(idx)):
-                i = idx[k]
-                if k == 0:
-                    seen = record_values(i)
-                elif s[k] < s[k - 1]:
-                    attempt += 1
-                    seen = record_values(i)
-                elif s[k] == s[k - 1]:
-                    new = record_values(i)
-                    if self._conflict(seen, new):
-                        attempt += 1
-                        seen = new
-                    else:
-                        seen.update(new)
-                else:
-                    seen = None
-                if seen is None:
-                    seen = record_values(i) if k + 1 < len(idx) and s[k + 1] == s[k] else {}
-                attempt_of[i] = attempt
-        return attempt_of
+        """Attempt number per record (see the module docstring and ``attempt_numbers``)."""
+        if codes is None or values is None:
+            codes = np.concatenate(self._code_segments) if self._code_segments else np.empty(0, np.int32)
+            values = self._float_values()[0]
+        return attempt_numbers(self._step_array(), np.asarray(self._ranks, dtype=np.int64),
+                               np.asarray(self._counts, dtype=np.int64), codes, values)
 
     def frame(self) -> pd.DataFrame:
-        import pandas as pd  # here, not at import: a parser's scan runs before pandas is needed
-
         if not self._steps:
-            return pd.DataFrame({c: [] for c in FRAME_COLUMNS})
-        counts = np.asarray(self._counts, dtype=np.int64)
+            return build_frame(*(np.empty(0, t) for t in (np.int64, np.int64, np.float64, np.int64, np.int32)),
+                               [], np.empty(0))
         codes = np.concatenate(self._code_segments)
         values, keep = self._float_values()
-        df = pd.DataFrame(
-            {
-                "step": np.repeat(self._step_array(), counts),
-                "metric": pd.Categorical.from_codes(codes, categories=self.metric_names),
-                "value": values,
-                "attempt": np.repeat(self.attempts(codes, values), counts),
-                "rank": np.repeat(np.asarray(self._ranks, dtype=np.int32), counts),
-                "wall_time": np.repeat(np.asarray(self._walls, dtype=np.float64), counts),
-            }
-        )
-        if keep is not None:
-            df = df[keep].reset_index(drop=True)
-        return df
+        return build_frame(self._step_array(), np.asarray(self._ranks, dtype=np.int64),
+                           np.asarray(self._walls, dtype=np.float64), np.asarray(self._counts, dtype=np.int64),
+                           codes, self.metric_names, values, keep)
+
+
+def _conflict(seen: dict[int, float], new: dict[int, float]) -> bool:
+    """Whether a record repeats a metric of its step with another value (a re-logged step)."""
+    for code, value in new.items():
+        if code in seen:
+            old = seen[code]
+            if not (old == value or (old != old and value != value)):
+                return True
+    return False
+
+
+def _repeats_within_runs(run_of_value: np.ndarray, codes: np.ndarray) -> bool:
+    """Whether any metric appears twice within one run of records at one step (values in record
+    order, ``run_of_value`` non-decreasing)."""
+    order = np.argsort(codes.astype(np.int16) if codes.size and codes.max() < 2**15 else codes, kind="stable")
+    c, r = codes[order], run_of_value[order]
+    return bool(np.any((c[1:] == c[:-1]) & (r[1:] == r[:-1])))
+
+
+def attempt_numbers(steps: np.ndarray, ranks: np.ndarray, counts: np.ndarray, codes: np.ndarray,
+                    values: np.ndarray) -> np.ndarray:
+    """Attempt number per record: within one rank, a record whose step is lower than the previous
+    record's starts a new attempt, and so does one at the same step that logs a metric that step
+    already has with another value (HF Trainer's eval entries repeat ``epoch``; a restart re-logs
+    the step with new values). ``codes``/``values``: the records' values, record after record.
+
+    Vectorised for the usual cases (steps increasing, or records at one step that log distinct
+    metrics, as TensorBoard writes one event per scalar); values are looked at one by one only
+    where a metric repeats within a step."""
+    attempt_of = np.zeros(len(steps), dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    single = len(ranks) == 0 or bool(ranks[0] == ranks[-1] and np.all(ranks == ranks[0]))
+    for rank in (ranks[:1] if single else np.unique(ranks)):
+        idx = np.arange(len(steps)) if single else np.flatnonzero(ranks == rank)
+        s = steps[idx]
+        if len(s) < 2 or bool(np.all(s[1:] > s[:-1])):
+            continue  # strictly increasing: one attempt, the common case
+        new_run = np.concatenate([[True], s[1:] != s[:-1]])
+        run = np.cumsum(new_run)
+        if single:
+            run_of_value, rank_codes = np.repeat(run, counts), codes
+        else:
+            mask = np.repeat(ranks == rank, counts)
+            run_of_value, rank_codes = np.repeat(run, counts[idx]), codes[mask]
+        if not _repeats_within_runs(run_of_value, rank_codes):
+            attempt_of[idx] = np.cumsum(np.concatenate([[False], s[1:] < s[:-1]]))
+            continue
+        _attempts_one_by_one(attempt_of, idx, s, offsets, codes, values)
+    return attempt_of
+
+
+def _attempts_one_by_one(attempt_of, idx, s, offsets, codes, values) -> None:
+    def record_values(i: int) -> dict[int, float]:
+        start, stop = offsets[i], offsets[i + 1]
+        return dict(zip(codes[start:stop].tolist(), values[start:stop].tolist()))
+
+    attempt = 0
+    seen: dict[int, float] | None = {}
+    for k in range(len(idx)):
+        i = idx[k]
+        if k == 0:
+            seen = record_values(i)
+        elif s[k] < s[k - 1]:
+            attempt += 1
+            seen = record_values(i)
+        elif s[k] == s[k - 1]:
+            new = record_values(i)
+            if _conflict(seen, new):
+                attempt += 1
+                seen = new
+            else:
+                seen.update(new)
+        else:
+            seen = None
+        if seen is None:
+            seen = record_values(i) if k + 1 < len(idx) and s[k + 1] == s[k] else {}
+        attempt_of[i] = attempt
+
+
+def build_frame(steps: np.ndarray, ranks: np.ndarray, walls: np.ndarray, counts: np.ndarray, codes: np.ndarray,
+                names: list[str], values: np.ndarray, keep: np.ndarray | None = None) -> pd.DataFrame:
+    """The long frame (step, metric, value, attempt, rank, wall_time) of records given as columns:
+    per record its step, rank, wall time and number of values; per value its metric code and value.
+    ``keep``: a mask of the values to store (non-numeric ones dropped after attempts are numbered)."""
+    import pandas as pd  # here, not at import: a parser's scan runs before pandas is needed
+
+    if not len(steps):
+        return pd.DataFrame({c: [] for c in FRAME_COLUMNS})
+    codes = np.asarray(codes, dtype=np.int32)
+    df = pd.DataFrame(
+        {
+            "step": np.repeat(steps, counts),
+            "metric": pd.Categorical.from_codes(codes, categories=names),
+            "value": values,
+            "attempt": np.repeat(attempt_numbers(steps, ranks, counts, codes, values), counts),
+            "rank": np.repeat(ranks.astype(np.int32), counts),
+            "wall_time": np.repeat(walls, counts),
+        }
+    )
+    if keep is not None:
+        df = df[keep].reset_index(drop=True)
+    return df

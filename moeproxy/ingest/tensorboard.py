@@ -1,11 +1,15 @@
-"""TensorBoard event files (``events.out.tfevents.*``): TFRecord framing read here (so that every
-problem has its byte offset), events decoded with the ``tensorboard`` package's protobufs; no
-TensorFlow needed.
+"""TensorBoard event files (``events.out.tfevents.*``), read in bulk: no TensorFlow, and no Python
+loop over events.
 
-Scalars come either as ``simple_value`` (tensorboardX, TF1 summaries, Megatron's writer) or as
-0-d tensors with the ``scalars`` plugin (TF2 / torch.utils.tensorboard); both are read. Each
-event keeps its step and wall time. A record is ``length (8) | crc(length) (4) | data | crc(data) (4)``:
-a last record cut short (a file still being written, or cut by a crash) is dropped with a warning
+The TFRecord framing and both checksums of every record are checked in bulk
+(``moeproxy.ingest.tfrecord``); the ``Event`` protobufs are decoded column-wise with numpy
+(``moeproxy.ingest.event_columns``), with the ``protobuf`` library as the careful path for what the
+bulk decoder does not settle. Scalars come either as ``simple_value`` (tensorboardX, TF1 summaries,
+torch's default, Megatron's writer) or as 0-d tensors (TF2 / torch ``new_style``, float or
+double); both are read, NaN and +-inf kept. Each event keeps its step and wall time; a run
+directory's several event files are each a source of the run (restarts become attempts).
+
+A last record cut short (a file still being written, or cut by a crash) is dropped with a warning
 naming its offset, as an unterminated last line of a text log is; a record whose checksum or
 protobuf is wrong anywhere is an error naming its offset (TensorBoard's own loader stops there and
 says so only at debug level, which cut runs silently).
@@ -13,93 +17,41 @@ says so only at debug level, which cut runs silently).
 
 from __future__ import annotations
 
-from moeproxy.errors import InputError
+import numpy as np
+
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
-from moeproxy.ingest.table import LogTable
-
-
-def _scalar(value) -> float | None:
-    kind = value.WhichOneof("value")
-    if kind == "simple_value":
-        return float(value.simple_value)
-    if kind == "tensor":
-        from tensorboard.util import tensor_util
-
-        arr = tensor_util.make_ndarray(value.tensor)
-        if arr.size == 1 and arr.dtype.kind in "fiub":
-            return float(arr.reshape(()))
-    return None
-
-
-def _records(src: SourceFile):
-    """(offset, event bytes) of each whole, checksummed record; sets ``src.parsed_end`` and the
-    sha256 of the bytes up to the last whole record."""
-    import hashlib
-    import io
-    import struct
-
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
-    from moeproxy.ingest.source import _RangeReader
-
-    h = hashlib.sha256()
-    offset = 0
-    with io.BufferedReader(_RangeReader(src, 0, src.size), 1 << 20) as fh:
-        while offset < src.size:
-            header = fh.read(12)
-            cut = len(header) < 12
-            if not cut:
-                length, length_crc = struct.unpack("<QI", header)
-                if masked_crc32c(header[:8]) != length_crc:
-                    raise InputError(f"{src.path}: record at offset {offset}: corrupt (length checksum mismatch); "
-                                     "nothing stored")
-                cut = offset + 12 + length + 4 > src.size
-            if cut:
-                src.parsed_end = offset
-                src.warnings.append(f"offset {offset}: the last record is cut (bytes {offset}-{src.size} of a file "
-                                    "still being written, or cut by a crash): skipped")
-                break
-            data = fh.read(length)
-            (data_crc,) = struct.unpack("<I", fh.read(4))
-            if masked_crc32c(data) != data_crc:
-                raise InputError(f"{src.path}: record at offset {offset}: corrupt (data checksum mismatch); nothing stored")
-            h.update(header)
-            h.update(data)
-            h.update(struct.pack("<I", data_crc))
-            yield offset, data
-            offset += 12 + length + 4
-    src.set_sha256(h.hexdigest(), offset)
+from moeproxy.ingest.tfrecord import record_windows
 
 
 def parse_tensorboard(src: SourceFile) -> ParsedLog:
-    from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto import event_pb2
+    from moeproxy.ingest.event_columns import decode_window
+    from moeproxy.ingest.table import build_frame
 
-    table = LogTable()
+    names: list[str] = []
+    index: dict[str, int] = {}
+    steps, walls, counts, codes, values = [], [], [], [], []
     skipped = 0
-    for offset, data in _records(src):
-        try:
-            event = event_pb2.Event.FromString(data)
-        except DecodeError as exc:
-            raise InputError(f"{src.path}: record at offset {offset}: not a TensorBoard event ({exc})") from None
-        if not event.HasField("summary"):
-            continue
-        record: dict[str, float] = {}
-        for value in event.summary.value:
-            try:
-                scalar = _scalar(value)
-            except Exception as exc:  # a tensor proto that does not decode: name where
-                raise InputError(f"{src.path}: record at offset {offset}: unreadable value of {value.tag!r} "
-                                 f"({type(exc).__name__})") from None
-            if scalar is None:
-                skipped += 1
-            else:
-                record[value.tag] = scalar
-        if record:
-            table.add_dict(event.step, record, wall_time=event.wall_time)
-    return ParsedLog(src.path, "tensorboard", guess_framework(table.metric_names), src.sha256, table.frame(), skipped)
+    for buf, base, starts, lengths in record_windows(src):
+        window = decode_window(buf, starts, lengths, base + starts - 12, src.path)
+        skipped += window.skipped
+        remap = np.asarray([index.setdefault(tag, len(index)) for tag in window.tags], dtype=np.int32)
+        names = list(index)
+        per_record = np.bincount(window.item_record, minlength=len(starts))
+        has = per_record > 0  # events without scalars (the file header, graphs, images) add no record
+        steps.append(window.steps[has])
+        walls.append(window.walls[has])
+        counts.append(per_record[has])
+        codes.append(remap[window.item_tag] if len(remap) else window.item_tag)
+        values.append(window.item_value)
+    steps_all = np.concatenate(steps) if steps else np.empty(0, np.int64)
+    frame = build_frame(steps_all, np.full(len(steps_all), -1, dtype=np.int64),
+                        np.concatenate(walls) if walls else np.empty(0),
+                        np.concatenate(counts) if counts else np.empty(0, np.int64),
+                        np.concatenate(codes) if codes else np.empty(0, np.int32), names,
+                        np.concatenate(values) if values else np.empty(0))
+    return ParsedLog(src.path, "tensorboard", guess_framework(names), src.sha256, frame, skipped)
 
 
 def sniff_tensorboard(src: SourceFile) -> float:
