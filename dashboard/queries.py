@@ -88,3 +88,31 @@ def selected_run(runs_table: pd.DataFrame, key: str, label: str = "Run", roles: 
     if roles is None:
         st.session_state["run"] = choice
     return choice
+
+
+LIVE_SECONDS = 60  # a run a watcher stored rows of within this long is shown as live
+
+
+@st.cache_data(ttl=2, max_entries=8, show_spinner=False)
+def live_runs(db: str) -> frozenset[str]:
+    """The runs a ``moeproxy watch`` stored rows of in the last ``LIVE_SECONDS``."""
+    watched = Store(db).watched_runs()
+    if watched.empty:
+        return frozenset()
+    now = pd.Timestamp.now(tz="UTC")
+    last = pd.to_datetime(watched["last_update"], utc=True)
+    return frozenset(watched.loc[(now - last).dt.total_seconds() <= LIVE_SECONDS, "run"])
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def reference_bands(db: str, healthy: tuple[str, ...], run: str, metrics: tuple[str, ...], by: str,
+                    bins: int) -> dict[str, pd.DataFrame]:
+    """metric -> the healthy runs' band (``moeproxy.reference``: by "step", ``bins`` steps per bin, or
+    by "fraction" of the run in ``bins`` bins), this run excluded; metrics no healthy run has are left
+    out. Cached per set of healthy runs (``healthy``), not per data version: a live run's refreshes
+    reuse it."""
+    from moeproxy.reference import reference_band
+
+    store = Store(db)
+    bands = {m: reference_band(store, m, exclude=run, by=by, bins=bins) for m in metrics}
+    return {m: b for m, b in bands.items() if not b.empty}

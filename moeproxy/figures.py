@@ -170,15 +170,49 @@ def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, 
         )
 
 
+BAND_COLOUR = "rgba(46, 125, 50, {alpha})"  # healthy green, faint: behind the run's own line
+
+
+def _add_reference_band(fig: go.Figure, band: pd.DataFrame, row: int, span: tuple[int, int] | None,
+                        show_legend: bool) -> None:
+    """The healthy runs' 5-95 % band and median (``moeproxy.reference.reference_band``) behind a
+    run's line: positions are steps, or, with this run's step ``span``, fractions of the run."""
+    if band is None or band.empty:
+        return
+    x = band["position"].to_numpy(np.float64)
+    if span is not None:
+        x = span[0] + x * (span[1] - span[0])
+    runs = band["runs"].to_numpy()
+    fig.add_trace(go.Scatter(x=x, y=band["p95"].to_numpy(), mode="lines", line={"width": 0},
+                             hoverinfo="skip", showlegend=False, legendgroup="reference"), row=row, col=1)
+    fig.add_trace(go.Scatter(
+        x=x, y=band["p05"].to_numpy(), mode="lines", line={"width": 0}, fill="tonexty",
+        fillcolor=BAND_COLOUR.format(alpha=0.15), name="healthy runs 5-95 %", legendgroup="reference",
+        showlegend=show_legend, hoverinfo="skip"), row=row, col=1)
+    fig.add_trace(go.Scatter(
+        x=x, y=band["median"].to_numpy(), mode="lines", line={"color": BAND_COLOUR.format(alpha=0.7), "width": 1,
+                                                                 "dash": "dash"},
+        name="healthy runs median", legendgroup="reference", showlegend=show_legend, customdata=runs,
+        hovertemplate="healthy median %{y:.6g} (%{customdata} runs)<extra></extra>"), row=row, col=1)
+
+
 def triage_figure(series: pd.DataFrame, metrics: list[str], findings: dict | None = None,
-                  smoothing: float | None = None, title: str | None = None) -> go.Figure:
-    """One panel per metric on a shared step axis, with non-finite markers and finding onsets."""
+                  smoothing: float | None = None, title: str | None = None,
+                  bands: dict[str, pd.DataFrame] | None = None, span: tuple[int, int] | None = None) -> go.Figure:
+    """One panel per metric on a shared step axis, with non-finite markers and finding onsets; with
+    ``bands`` (metric -> reference band), the healthy runs' band drawn behind each metric's line
+    (band positions are steps, or fractions of the run when this run's step ``span`` is given)."""
     metrics = list(metrics) or TRIAGE_PANELS
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         subplot_titles=[plotly_text(m) for m in metrics])
+    legend_shown = False
     for row, metric in enumerate(metrics, start=1):
         frame = series[series["metric"] == metric]
         log_axis = metric in LOG_AXIS_METRICS and _log_axis_possible(frame)
+        band = (bands or {}).get(metric)
+        if band is not None and not band.empty:
+            _add_reference_band(fig, band, row, span, show_legend=not legend_shown)
+            legend_shown = True
         if frame.empty:
             fig.add_annotation(text=plotly_text(f"no {metric} in this run"), showarrow=False, row=row, col=1,
                                xref="x domain", yref="y domain", x=0.5, y=0.5)

@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.safe_text import md_code, md_failure, verdict_badge
+from dashboard.live import REFRESH_SECONDS, grown_series, is_live
 from moeproxy.figures import TRIAGE_PANELS, compare_figure, last_step
 
 st.title("Compare full vs proxy")
@@ -49,21 +50,37 @@ align = c2.radio("Align by", ["step", "fraction"], horizontal=True, key="compare
 smoothing = c3.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="compare_smoothing")
 panels = [m for m in TRIAGE_PANELS if m in stored] + extra or stored[:3]
 
-full_series = queries.m4(db, version, full_run, tuple(panels), None, None, 1000)
-proxy_series = queries.m4(db, version, proxy_run, tuple(panels), None, None, 1000)
-full_findings = queries.findings(db, version, full_run)
-proxy_findings = queries.findings(db, version, proxy_run)
-fig = compare_figure(full_series, proxy_series, panels, align=align,
-                     full_last_step=last_step(full_series), proxy_last_step=last_step(proxy_series),
-                     full_findings=full_findings, proxy_findings=proxy_findings,
-                     names=(full_run, proxy_run), smoothing=smoothing or None)
-st.plotly_chart(fig, key="compare_chart", width="stretch")
+live = is_live(db, full_run) or is_live(db, proxy_run)
+if live:
+    st.markdown(f":green-badge[:material/sensors: live] a watcher is adding steps; the chart refreshes every "
+                f"{REFRESH_SECONDS:g} s")
 
-st.subheader("Fidelity card")
-for name, found in ((full_run, full_findings), (proxy_run, proxy_findings)):
-    onset = (found or {}).get("onset_step")
-    st.markdown(f"**{md_code(name)}**: {verdict_badge((found or {}).get('verdict'))}"
-                + (f" from step {onset}" if onset is not None else ""))
+
+@st.fragment(run_every=REFRESH_SECONDS if live else None)
+def overlay() -> None:
+    now = queries.data_version()
+    runs_now = queries.runs(db, now)
+    attempts = dict(zip(runs_now["run"], runs_now["attempts"]))
+    full_series = grown_series(db, now, full_run, tuple(panels), "compare_full_series",
+                               attempts=int(attempts.get(full_run, 0)))
+    proxy_series = grown_series(db, now, proxy_run, tuple(panels), "compare_proxy_series",
+                                attempts=int(attempts.get(proxy_run, 0)))
+    full_findings = queries.findings(db, now, full_run)
+    proxy_findings = queries.findings(db, now, proxy_run)
+    fig = compare_figure(full_series, proxy_series, panels, align=align,
+                         full_last_step=last_step(full_series), proxy_last_step=last_step(proxy_series),
+                         full_findings=full_findings, proxy_findings=proxy_findings,
+                         names=(full_run, proxy_run), smoothing=smoothing or None)
+    st.plotly_chart(fig, key="compare_chart", width="stretch")
+
+    st.subheader("Fidelity card")
+    for name, found in ((full_run, full_findings), (proxy_run, proxy_findings)):
+        onset = (found or {}).get("onset_step")
+        st.markdown(f"**{md_code(name)}**: {verdict_badge((found or {}).get('verdict'))}"
+                    + (f" from step {onset}" if onset is not None else ""))
+
+
+overlay()
 
 
 @st.cache_data(ttl=600, max_entries=32, show_spinner="Comparing the runs ...")

@@ -217,3 +217,60 @@ def test_hostile_run_names_fetch_nothing(page, server, tmp_path):
         assert hits == [], hits
     finally:
         beacon.shutdown()
+
+
+def test_a_watched_run_grows_on_triage_without_a_reload(page, server, tmp_path):
+    """A run that `moeproxy watch` follows shows as live on Triage; its chart and 'Last step' grow
+    while the page stays open (a fragment re-reads the new steps), drawn over the healthy runs' band."""
+    import json
+
+    from synthetic_runs import write_run_log
+
+    from moeproxy.diagnose.record import diagnose_and_record
+    from moeproxy.ingest import ingest_paths
+    from moeproxy.store import Store
+
+    store = Store(SERVER["db"])
+    for i in range(2):  # healthy history for the band
+        name = f"healthy-{i}"
+        ingest_paths(store, [write_run_log(tmp_path / f"{name}.jsonl", steps=300, fault_step=None, seed=10 + i)],
+                     run=name)
+        assert diagnose_and_record(store, name)["verdict"] == "healthy"
+    records = write_run_log(tmp_path / "all.jsonl", steps=300, fault_step=None, seed=3).read_text().splitlines()
+    log = tmp_path / "growing" / "train.jsonl"
+    log.parent.mkdir()
+    log.write_text("\n".join(records[:60]) + "\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    watcher = subprocess.Popen([sys.executable, "-m", "moeproxy", "watch", str(log), "--run", "live-run",
+                                "--db", str(SERVER["db"]), "--interval", "0.5"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while "live-run" not in _runs_now(store):
+            assert time.monotonic() < deadline and watcher.poll() is None, "the watcher stored nothing"
+            time.sleep(0.5)
+        open_page(page, server, "triage")
+        page.locator(".st-key-triage_run").click()
+        page.get_by_role("option", name="live-run").click()
+        wait_for_app(page)
+        main = page.get_by_test_id("stMain")
+        sync_api.expect(main.get_by_text("a watcher is adding steps to this run")).to_be_visible()
+        chart = page.locator(".st-key-triage_chart .js-plotly-plot")
+        sync_api.expect(chart.get_by_text("healthy runs 5-95 %")).to_be_visible()
+        sync_api.expect(main.get_by_text(re.compile(r"Last step 60\b"))).to_be_visible()
+        shoot(page, "08-triage-live-before")
+        with open(log, "a") as fh:  # the job logs on; the page is not reloaded
+            fh.write("\n".join(records[60:200]) + "\n")
+        sync_api.expect(main.get_by_text(re.compile(r"Last step 200\b"))).to_be_visible(timeout=60_000)
+        sync_api.expect(chart.get_by_text("healthy runs 5-95 %")).to_be_visible()
+        shoot(page, "09-triage-live-after")
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)
+
+
+def _runs_now(store) -> list[str]:
+    try:
+        return store.runs()["run"].tolist()
+    except Exception:  # the watcher holds the file for a moment: ask again
+        return []
