@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import orjson
 
 from moeproxy.errors import InputError
@@ -100,6 +101,22 @@ def _json_lines(src: SourceFile):
 
 
 def parse_verl_jsonl(src: SourceFile) -> ParsedLog:
+    from moeproxy.ingest.jsonl_duckdb import read_verl_jsonl
+
+    columns = read_verl_jsonl(src)  # DuckDB's reader; None: a file only the careful path below reads exactly
+    if columns is not None:
+        from moeproxy.ingest.table import build_frame
+
+        steps, counts, codes, names, values = columns
+        n = len(steps)
+        frame = build_frame(steps, np.full(n, -1, np.int64), np.full(n, np.nan), counts, codes, names, values)
+        return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, frame, 0)
+    return parse_verl_jsonl_line_by_line(src)
+
+
+def parse_verl_jsonl_line_by_line(src: SourceFile) -> ParsedLog:
+    """The careful path: each line with orjson (the stdlib parser for NaN/Infinity), each problem
+    named with its line."""
     table = LogTable()
     records, state = _json_lines(src)
     for lineno, obj in records:

@@ -325,7 +325,8 @@ def build_frame(steps: np.ndarray, ranks: np.ndarray, walls: np.ndarray, counts:
             "attempt": np.repeat(attempt_numbers(steps, ranks, counts, codes, values), counts),
             "rank": np.repeat(ranks.astype(np.int32), counts),
             "wall_time": np.repeat(walls, counts),
-        }
+        },
+        copy=False,  # the columns are fresh arrays: no second copy of millions of rows
     )
     if keep is not None:
         df = df[keep].reset_index(drop=True)

@@ -1,0 +1,139 @@
+"""verl file-logger JSONL parsed by DuckDB's JSON reader: the fast path of ``verl-jsonl``.
+
+One streaming query reads ``{"step": N, "data": {...}}`` lines with ``read_json`` into, per line,
+the step, the JSON text of the key list, and the list of values (``data`` read as
+``MAP(VARCHAR, DOUBLE)``: JSON null is NULL, stored as NaN; numbers are parsed by DuckDB, which
+reads them whole and correctly rounded, ``1e400`` as inf as ``float()`` does). Lines come back in
+file order; each distinct key list is decoded once, so no metric name crosses into Python per
+value. The sha256 (and the check for NUL bytes) runs over the same bytes in a thread meanwhile.
+
+DuckDB is strict where the careful path decides case by case, so this path only claims files it
+reads exactly as the careful path (``jsonl.parse_verl_jsonl`` line by line) would, and returns
+None for everything else, which the careful path then reads or rejects with its own line-numbered
+message: a line DuckDB cannot read (not JSON, not an object, a value that is text DuckDB cannot
+cast, a list or an object, a key given twice, invalid UTF-8, a line over 16 MiB), a step that is
+not an integer of 64 bits or a record without ``data``, a file that does not end with a newline (its
+last line may be cut), and a file that changed while it was read (DuckDB reads the path, so the
+file's size, inode and modification time are compared before and after).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+import numpy as np
+
+from moeproxy.ingest.source import SourceFile, _RangeReader
+
+# smaller files are read by the careful path: starting DuckDB costs more than it saves there
+MIN_BYTES = 4 << 20
+MAX_LINE = 16 << 20
+
+QUERY = """
+SELECT json_type(step) IN ('UBIGINT', 'BIGINT') AND TRY_CAST(step AS BIGINT) IS NOT NULL AND data IS NOT NULL AS ok,
+       TRY_CAST(step AS BIGINT) AS step,
+       CAST(map_keys(data) AS JSON)::VARCHAR AS keys,
+       map_values(data) AS v
+FROM read_json($path, columns = {'step': 'JSON', 'data': 'MAP(VARCHAR, DOUBLE)'},
+               format = 'newline_delimited', maximum_object_size = $max_line)
+"""
+
+
+def _identity(path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class _Hasher(threading.Thread):
+    """The sha256 of the file's bytes [0, size), and whether they hold a NUL byte, in a thread
+    (hashlib releases the GIL while it hashes)."""
+
+    def __init__(self, src: SourceFile) -> None:
+        super().__init__(daemon=True)
+        self.src = src
+        self.digest: str | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            h = hashlib.sha256()
+            with _RangeReader(self.src, 0, self.src.size, h) as raw:  # a NUL byte: the careful path's error
+                while raw.read(8 << 20):
+                    pass
+            self.digest = h.hexdigest()
+        except BaseException as exc:  # noqa: BLE001  (reported in the caller's thread)
+            self.error = exc
+
+
+def read_verl_jsonl(src: SourceFile):
+    """(steps, counts, codes, names, values) of a verl JSONL file, or None for the careful path."""
+    if src.encoding != "utf-8" or src.size < MIN_BYTES or not src.ends_with_newline:
+        return None
+    before = _identity(src.path)
+    if before is None or before[2] != src.size or (before[0], before[1]) != src.identity:
+        return None
+    hasher = _Hasher(src)
+    hasher.start()
+    try:
+        columns = _query(src)
+    finally:
+        hasher.join()
+    if hasher.error is not None:
+        raise hasher.error
+    if columns is None or _identity(src.path) != before:
+        return None
+    src.parsed_end = src.size
+    src.set_sha256(hasher.digest, src.size)
+    return columns
+
+
+def _query(src: SourceFile):
+    import duckdb
+    import orjson
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        reader = con.sql(QUERY, params={"path": str(src.path), "max_line": MAX_LINE}).to_arrow_reader(1 << 16)
+        steps, counts, values, layout_of = [], [], [], []
+        layouts: dict[str, int] = {}
+        for batch in reader:
+            ok = batch.column(0).to_numpy(zero_copy_only=False)
+            if not ok.all():
+                return None
+            steps.append(batch.column(1).to_numpy())
+            lists = batch.column(3)
+            offsets = lists.offsets.to_numpy()
+            counts.append(np.diff(offsets))
+            values.append(lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+                          .to_numpy(zero_copy_only=False))
+            layout_of.append(np.fromiter((layouts.setdefault(k, len(layouts)) for k in batch.column(2).to_pylist()),
+                                         dtype=np.int64, count=batch.num_rows))
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+    if not steps:
+        return None
+    names: list[str] = []
+    index: dict[str, int] = {}
+    layout_codes = []
+    for keys in layouts:
+        layout_codes.append(np.asarray([index.setdefault(k, len(index)) for k in orjson.loads(keys)], dtype=np.int32))
+    names = list(index)
+    layout_of = np.concatenate(layout_of)
+    counts = np.concatenate(counts).astype(np.int64)
+    if len(layout_codes) == 1:
+        codes = np.tile(layout_codes[0], len(layout_of))
+    else:
+        codes = np.concatenate([layout_codes[k] for k in layout_of.tolist()]) if len(layout_of) else np.empty(0, np.int32)
+    values = np.concatenate(values).astype(np.float64, copy=False)
+    steps = np.concatenate(steps).astype(np.int64)
+    if not counts.all():  # ``"data": {}`` is no record (as LogTable.add skips it)
+        steps, counts = steps[counts > 0], counts[counts > 0]
+    return steps, counts, codes, names, values
