@@ -59,7 +59,7 @@ def build_output(job_dir: str | Path) -> Path:
 
 def build_report_path(job_dir: str | Path) -> Path:
     """The ``proxy_report.json`` a finished build job wrote (``build_output``'s)."""
-    from moeproxy.proxy.build import REPORT_NAME
+    from moeproxy.proxy.proxy_report import REPORT_NAME
 
     return build_output(job_dir) / REPORT_NAME
 
@@ -284,18 +284,17 @@ class JobCancelled(BaseException):
 
 def _run_build(job_dir: Path, spec: JobSpec, progress: Callable[[str, int, int, str], None]) -> dict:
     from moeproxy.proxy.build import BuildSpec, build_proxy
+    from moeproxy.proxy.proxy_report import ProxyReport
 
     p = spec.params
     build = BuildSpec(src=p.src, out=build_output(job_dir), keep_ratio=p.keep_ratio, keep_experts=p.keep_experts,
                       top_k=p.top_k, device=spec.device, seed=p.seed, verify=p.verify, allowed_roots=p.allowed_roots)
     print(f"building proxy of {p.src} on {spec.device} into {build.out}", flush=True)
-    report = build_proxy(build, progress=progress)
-    verify = report.get("verify", {})
-    print(f"done: experts {report['experts_before']} -> {report['experts_after']}, "
-          f"verification {'passed' if verify.get('passed', True) else 'FAILED'}", flush=True)
-    return {"output": report["output"], "report": str(build_report_path(job_dir)),
-            "verify_passed": verify.get("passed"), "experts_before": report["experts_before"],
-            "experts_after": report["experts_after"]}
+    report = ProxyReport.model_validate(build_proxy(build, progress=progress))
+    print(f"done: {report.headline()}", flush=True)
+    return {"output": report.output, "report": str(build_report_path(job_dir)),
+            "verify_passed": report.verify_passed, "experts_before": report.experts_before,
+            "experts_after": report.experts_after}
 
 
 JOB_KINDS: Registry[Callable[[Path, JobSpec, Callable], dict]] = Registry("job kind")

@@ -4,7 +4,6 @@ finished proxy's report. Jobs live in files next to the store, so they survive r
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 import streamlit as st
@@ -67,16 +66,17 @@ def job_panel(root: str) -> None:
     if state == "succeeded":
         report_path = jobs.build_report_path(job["job_dir"])
         if report_path.exists():
-            report = json.loads(report_path.read_text())
-            st.success(f"Proxy written to {md_code(report['output'])}: " + md_text(
-                       f"experts {report['experts_before']} -> {report['experts_after']} per MoE layer, top-k "
-                       f"{report['top_k_before']} -> {report['top_k_after']}, verification "
-                       f"{'passed' if report.get('verify', {}).get('passed') else 'skipped or failed'}"))
+            from moeproxy.proxy.proxy_report import ProxyReport
+
+            report = ProxyReport.read(report_path)
+            st.success(f"Proxy written to {md_code(report.output)}: " + md_text(report.headline()))
+            for note in report.notes:
+                st.caption(md_text(note))
             st.dataframe(pd.DataFrame([{"layer": k, "kept experts": ", ".join(map(str, v))}
-                                       for k, v in report["kept_experts"].items()]),
+                                       for k, v in report.kept_experts.items()]),
                          hide_index=True, key="kept_experts")
             with st.expander("proxy_report.json"):
-                st.json(report)
+                st.json(report.model_dump(mode="json"))
     if len(listed) > 1:
         with st.expander(f"All jobs ({len(listed)})"):
             st.dataframe(pd.DataFrame([{k: j.get(k) for k in ("job_id", "kind", "device", "state", "message",

@@ -35,6 +35,7 @@ def run(args) -> int:
 
     from moeproxy.errors import InputError
     from moeproxy.proxy.build import BuildSpec, build_proxy
+    from moeproxy.proxy.proxy_report import ProxyReport
 
     try:
         spec = BuildSpec(src=args.src, out=args.out, keep_ratio=args.keep_ratio, keep_experts=args.keep_experts,
@@ -66,22 +67,22 @@ def run(args) -> int:
         raise InputError(f"{exc.strerror or exc}{where}") from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    verify = report.get("verify", {})
     if args.json:
         print(json.dumps(report, indent=2))
-    else:
-        print(f"wrote {report['output']}: {report['family']}, experts {report['experts_before']} -> "
-              f"{report['experts_after']}, top-k {report['top_k_before']} -> {report['top_k_after']}, "
-              f"{_size(report['bytes_after'], report['bytes_before'])}, "
-              f"{report['seconds']['total']:.1f} s")
-        for note in report.get("notes", []):
+    report = ProxyReport.model_validate(report)
+    verify = report.verify
+    if not args.json:
+        print(f"wrote {report.output}: {report.family}, experts {report.experts_before} -> "
+              f"{report.experts_after}, top-k {report.top_k_before} -> {report.top_k_after}, "
+              f"{_size(report.bytes_after, report.bytes_before)}, {report.seconds['total']:.1f} s")
+        for note in report.notes:
             print(f"note: {note}")
-        if "skipped" in verify:
+        if report.verify_passed is None:
             print("verification skipped")
         else:
-            print("verification: " + ("passed" if verify.get("passed") else f"FAILED {verify.get('error', '')}")
+            print("verification: " + ("passed" if report.verify_passed else f"FAILED {verify.get('error', '')}")
                   + (f" (max |logit diff| {verify['max_abs_logit_diff']:.2e})" if verify.get("forward_checked") else ""))
-    return 0 if verify.get("passed", True) else 1
+    return 0 if report.verify_passed is not False else 1
 
 
 def _size(after: int, before: int) -> str:

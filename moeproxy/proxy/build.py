@@ -1,22 +1,24 @@
 """Build a proxy checkpoint: cluster each MoE layer's experts, keep one per cluster, stream the rest.
 
-``build_proxy(BuildSpec)`` runs, in order:
-1. checks (nothing written yet): OUT does not exist and its parent can be created and written;
-   config.json, the index and every shard's safetensors header are valid (``checkpoint.open_checkpoint``:
-   offsets in range and contiguous, dtype and shape matching the byte length, shard names plain
-   file names), every file read is a regular file (inside ``allowed_roots`` when given); the family
-   is supported, the kept count satisfies the routing and expert-parallel rules, the installed
-   transformers instantiates the proxy config on meta;
-2. per MoE layer: expert signatures (``features.FEATURE_METHODS[method]``), clustering and the kept
-   representatives (``cluster.choose_kept_experts``), with the same E' in every layer;
-3. streaming: every shard is rewritten into ``.OUT.partial-PID`` next to OUT, byte ranges only
+``build_proxy(BuildSpec)`` runs five named stages that share typed results:
+1. ``resolve_and_check`` (nothing written yet): OUT does not exist and its parent can be created and
+   written; config.json, the index and every shard's safetensors header are valid
+   (``checkpoint.open_checkpoint``: offsets in range and contiguous, dtype and shape matching the
+   byte length, shard names plain file names), every file read is a regular file (inside
+   ``allowed_roots`` when given); the family is supported, the kept count satisfies the routing and
+   expert-parallel rules, the installed transformers instantiates the proxy config on meta -> ``Resolved``;
+2. ``choose_experts``: per MoE layer, expert signatures (``features.FEATURE_METHODS[method]``),
+   clustering and the kept representatives (``cluster.choose_kept_experts``), with the same E' in
+   every layer -> ``Chosen``;
+3. ``write_shards``: every shard is rewritten into ``.OUT.partial-PID`` next to OUT, byte ranges only
    (``checkpoint.write_shard``): backbone tensors copied unchanged, kept experts renumbered 0..E'-1,
-   router rows and biases sliced; config.json is the original dict with only the expert-count
-   (and top-k) fields changed; other files (tokenizer, generation config, code) are copied;
-4. the proxy is verified in the partial folder (``verify.verify_proxy``), ``proxy_report.json``
-   written there, and the folder renamed to OUT last: an interrupted or killed build leaves no OUT.
-   Partial folders of dead processes (a build killed with SIGKILL) are removed when a build of the
-   same OUT starts.
+   router rows and biases sliced; config.json is the original dict with only the expert-count (and
+   top-k) fields changed; other files (tokenizer, generation config, code) are copied -> ``Written``;
+4. ``make_report``: the typed ``proxy_report.ProxyReport`` (what was kept and why, sizes, plan, notes);
+5. ``verify_built``: the proxy in the partial folder against the masked full model
+   (``verify.verify_proxy``); then ``proxy_report.json`` is written there and the folder renamed to
+   OUT last: an interrupted or killed build leaves no OUT. Partial folders of dead processes (a build
+   killed with SIGKILL) are removed when a build of the same OUT starts.
 Progress goes to an optional callback ``progress(stage, done, total, message)``.
 """
 
@@ -27,20 +29,26 @@ import os
 import resource
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
 from moeproxy.devices import DeviceChoice
 from moeproxy.errors import InputError
-from moeproxy.proxy.arch import adapter_for
-from moeproxy.proxy.checkpoint import INDEX_NAME, SINGLE_NAME, OutputTensor, open_checkpoint, slice_ranges, write_shard
-from moeproxy.proxy.constraints import proxy_top_k, resolve_kept_count, routing_notes
+from moeproxy.proxy.arch import FamilyAdapter, adapter_for
+from moeproxy.proxy.checkpoint import (INDEX_NAME, SINGLE_NAME, Checkpoint, OutputTensor, open_checkpoint, slice_ranges,
+                                       write_shard)
+from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_count, routing_notes
 from moeproxy.proxy.keep import KeepChoice
 from moeproxy.pids import pid_alive
+from moeproxy.proxy.proxy_report import REPORT_NAME, ProxyReport  # noqa: F401  (REPORT_NAME re-exported)
 
-REPORT_NAME = "proxy_report.json"
+if TYPE_CHECKING:
+    from moeproxy.proxy.cluster import LayerClusters
+    from moeproxy.proxy.layout import MoeLayer, MoeLayout
+
 ProgressFn = Callable[[str, int, int, str], None]
 
 
@@ -158,23 +166,55 @@ def _inside_roots(roots: list[Path] | None):
     return lambda path, what: resolve_inside_roots(path, what, roots)
 
 
-def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
-    """Build the proxy described by ``spec``; returns the proxy_report dict (also written to OUT)."""
-    from moeproxy.devices import resolve_device
-    from moeproxy.proxy.cluster import choose_kept_experts
-    from moeproxy.proxy.features import FEATURE_METHODS, FeatureContext
-    from moeproxy.proxy.heap import bound_heap_growth
-    from moeproxy.proxy.layout import find_layout
-    from moeproxy.proxy.plan import plan_proxy
-    from moeproxy.proxy.verify import instantiate_on_meta, verify_proxy
+# -- the stages of a build -------------------------------------------------------------------------
+@dataclass
+class Resolved:
+    """Stage 1's answer: the checked inputs and the proxy's shape (nothing written yet)."""
 
-    spec = BuildSpec.model_validate(spec.model_dump() | {"progress": spec.progress})
-    bound_heap_growth()  # streamed buffers go back to the OS when freed (moeproxy.proxy.heap)
-    report_progress = progress or spec.progress or (lambda *a: None)
-    started = time.time()
+    src: Path
+    out: Path
+    ckpt: Checkpoint
+    side_files: list[Path]
+    adapter: FamilyAdapter
+    shape: RoutingShape
+    kept_count: int
+    top_k: int  # the proxy's top-k
+    config: dict  # the proxy's config.json
+    layout: MoeLayout
+    device: Any  # torch.device
+
+
+@dataclass
+class Chosen:
+    """Stage 2's answer: per MoE decoder layer, its layout, the kept experts and their clusters."""
+
+    layers: dict[int, tuple[MoeLayer, LayerClusters, Any]]  # layer -> (layout, clusters, routing frequency)
+    feature_kinds: set[str]
+    seconds: float
+
+    @property
+    def kept(self) -> dict[int, list[int]]:
+        return {i: c.kept for i, (_, c, _) in self.layers.items()}
+
+
+@dataclass
+class Written:
+    """Stage 3's answer: what went into the partial folder."""
+
+    total_size: int
+    files_copied: list[str]
+    seconds: float
+
+
+def resolve_and_check(spec: BuildSpec) -> Resolved:
+    """1. Every check before any work: the destination, every input file, the family, the kept count
+    against the routing and expert-parallel rules, the proxy config on the installed transformers."""
+    from moeproxy.devices import resolve_device
+    from moeproxy.proxy.layout import find_layout
+    from moeproxy.proxy.verify import instantiate_on_meta
+
     src, out = Path(spec.src), Path(spec.out)
-    # 1. checks before writing anything: the destination first, then every input file
-    check_output(out)
+    check_output(out)  # the destination first: a read-only one fails in milliseconds
     remove_stale_partials(out)
     inside = _inside_roots(spec.allowed_roots)
     ckpt = open_checkpoint(src, inside=inside)
@@ -193,125 +233,159 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     layout = find_layout(ckpt, adapter)
     if spec.calibration is not None:
         inside(Path(spec.calibration), "calibration file")
-    device = resolve_device(spec.device)
+    return Resolved(src, out, ckpt, side_files, adapter, shape, kept_count, k_proxy, new_config, layout,
+                    resolve_device(spec.device))
 
-    # 2. features, clusters, kept experts per layer
-    ctx = FeatureContext(ckpt, adapter, layout, seed=spec.seed, device=str(device),
+
+def choose_experts(r: Resolved, spec: BuildSpec, progress: ProgressFn) -> Chosen:
+    """2. Per MoE layer: expert signatures (``FEATURE_METHODS[spec.method]``), clusters, one kept
+    representative per cluster; the same E' in every layer."""
+    from moeproxy.proxy.cluster import choose_kept_experts
+    from moeproxy.proxy.features import FEATURE_METHODS, FeatureContext
+
+    ctx = FeatureContext(r.ckpt, r.adapter, r.layout, seed=spec.seed, device=str(r.device),
                          calibration=str(spec.calibration) if spec.calibration else None,
                          max_calibration_tokens=spec.max_calibration_tokens)
-    clusters, feature_kind = {}, set()
-    total_layers = len(layout.layers)
-    report_progress("cluster", 0, total_layers, f"{spec.method} signatures, {total_layers} MoE layers")
-    t_cluster = time.time()
-    for done, (layer, feats) in enumerate(FEATURE_METHODS[spec.method](ctx), 1):
+    layers, kinds = {}, set()
+    total = len(r.layout.layers)
+    progress("cluster", 0, total, f"{spec.method} signatures, {total} MoE layers")
+    started = time.time()
+    for done, (layer, feats) in enumerate(FEATURE_METHODS.lookup(spec.method)(ctx), 1):
         # keep the choice and the routing counts, not the signatures: one layer's signatures are
         # experts x (router row + probe responses) floats, 69 MB a layer at Qwen3-235B's size
-        clusters[layer.layer] = (layer, choose_kept_experts(feats.features, kept_count, shape.n_group, spec.select,
-                                                            feats.frequency), feats.frequency)
-        feature_kind.add(feats.kind)
-        report_progress("cluster", done, total_layers, f"layer {layer.layer}")
-    t_cluster = time.time() - t_cluster
+        layers[layer.layer] = (layer, choose_kept_experts(feats.features, r.kept_count, r.shape.n_group, spec.select,
+                                                          feats.frequency), feats.frequency)
+        kinds.add(feats.kind)
+        progress("cluster", done, total, f"layer {layer.layer}")
+    return Chosen(layers, kinds, time.time() - started)
 
-    # 3. stream the shards into the partial folder; 4. verify there; rename to OUT last
+
+def _output_tensors(r: Resolved, chosen: Chosen) -> dict[str, list[OutputTensor]]:
+    """Shard name -> the tensors it holds in the proxy: kept experts renumbered 0..E'-1, router rows
+    and biases (and fused expert tensors) sliced to the kept experts, backbone tensors whole."""
+    by_shard: dict[str, list[OutputTensor]] = {shard: [] for shard in r.ckpt.shards}
+    for layer, c, _ in chosen.layers.values():
+        new_id = {old: new for new, old in enumerate(c.kept)}
+        for old, names in layer.expert_tensors.items():
+            if old in new_id:
+                for suffix, key in names.items():
+                    ref = r.ckpt.tensors[key]
+                    name = f"{layer.block}.experts.{new_id[old]}.{suffix}"
+                    by_shard[ref.file.name].append(OutputTensor(name, ref.dtype, ref.shape, ref.file,
+                                                                [(ref.start, ref.end)]))
+        for suffix, key in list(layer.fused_tensors.items()) + [(s, k) for s, (k, d) in layer.router_tensors.items()]:
+            ref = r.ckpt.tensors[key]
+            dim = layer.router_tensors[suffix][1] if suffix in layer.router_tensors else 0
+            shape_out = list(ref.shape)
+            shape_out[dim] = len(c.kept)
+            by_shard[ref.file.name].append(
+                OutputTensor(key, ref.dtype, tuple(shape_out), ref.file, slice_ranges(ref, dim, c.kept)))
+    for key in r.layout.backbone:
+        ref = r.ckpt.tensors[key]
+        by_shard[ref.file.name].append(OutputTensor(key, ref.dtype, ref.shape, ref.file, [(ref.start, ref.end)]))
+    return by_shard
+
+
+def write_shards(r: Resolved, chosen: Chosen, tmp: Path, progress: ProgressFn) -> Written:
+    """3. Stream every shard into ``tmp`` (byte ranges only), then the index (when the source has one
+    or the proxy has several shards), config.json (only the expert-count and top-k fields changed)
+    and the side files (tokenizer, generation config, code)."""
+    started = time.time()
+    by_shard = _output_tensors(r, chosen)
+    weight_map, total_size = {}, 0
+    shards = [s for s in r.ckpt.shards if by_shard[s]]
+    for n, shard in enumerate(shards, 1):
+        tensors = sorted(by_shard[shard], key=lambda t: t.ranges[0][0])
+        total_size += write_shard(tmp / shard, tensors, r.ckpt.shard_metadata.get(shard))
+        weight_map.update({t.name: shard for t in tensors})
+        progress("write", n, len(shards), shard)
+    if (r.src / INDEX_NAME).exists() or len(shards) != 1 or shards[0] != SINGLE_NAME:
+        meta = dict(r.ckpt.index_metadata)
+        meta["total_size"] = total_size
+        meta.pop("total_parameters", None)
+        index = {"metadata": meta, "weight_map": dict(sorted(weight_map.items()))}
+        (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+    (tmp / "config.json").write_text(json.dumps(r.config, indent=2) + "\n")
+    copied = _copy_side_files(r.side_files, tmp)
+    return Written(total_size, copied, time.time() - started)
+
+
+def make_report(r: Resolved, chosen: Chosen, written: Written, spec: BuildSpec) -> ProxyReport:
+    """4. What was kept and why, the size before and after, the plan, the routing notes."""
+    from moeproxy.proxy.plan import plan_proxy
+
+    return ProxyReport(
+        source=str(r.src.resolve()), output=str(r.out.resolve()), family=r.adapter.model_type,
+        spec=json.loads(spec.model_dump_json()), device=str(r.device),
+        experts_before=r.shape.num_experts, experts_after=r.kept_count, top_k_before=r.shape.top_k,
+        top_k_after=r.top_k, top_k_mode=spec.top_k, n_group=r.shape.n_group, topk_group=r.shape.topk_group,
+        notes=routing_notes(r.shape, r.kept_count, spec.top_k),
+        moe_layers=[layer.layer for layer in r.layout.layers],
+        kept_experts={str(i): c.kept for i, (_, c, _) in chosen.layers.items()},
+        clusters={str(i): c.members for i, (_, c, _) in chosen.layers.items()},
+        routing_frequency={str(i): f.tolist() for i, (_, _, f) in chosen.layers.items() if f is not None},
+        features=sorted(chosen.feature_kinds),
+        config_changes={k: [r.ckpt.config.get(k), v] for k, v in r.config.items() if r.ckpt.config.get(k) != v},
+        files_copied=written.files_copied, bytes_before=r.ckpt.total_bytes, bytes_after=written.total_size,
+        layer_expert_bytes=r.layout.max_layer_expert_bytes,
+        plan=_plan_or_none(plan_proxy, r.ckpt.config, r.kept_count, spec),
+        seconds={"cluster": round(chosen.seconds, 3), "write": round(written.seconds, 3)},
+    )
+
+
+def verify_built(r: Resolved, chosen: Chosen, tmp: Path, spec: BuildSpec, progress: ProgressFn) -> dict:
+    """5. The proxy in ``tmp`` against the full model with the removed experts masked, layer by layer."""
+    from moeproxy.proxy.verify import verify_proxy
+
+    if not spec.verify:
+        return {"skipped": "--no-verify"}
+    steps = 2 * int(r.ckpt.config.get("num_hidden_layers") or len(chosen.layers))
+    progress("verify", 0, steps, "masked full model, then proxy, layer by layer")
+    result = verify_proxy(
+        r.ckpt, open_checkpoint(tmp), r.adapter, chosen.kept, top_k=r.top_k if spec.top_k == "scale" else None,
+        device=r.device, seed=spec.seed,
+        progress=lambda done, total, message: progress("verify", min(done, total - 1), total, message))
+    progress("verify", steps, steps, "passed" if result["passed"] else "FAILED")
+    return result
+
+
+def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
+    """Build the proxy described by ``spec``; returns the proxy report as a dict (also written to
+    OUT/proxy_report.json). The five stages above run in order; stages 3-5 work in a partial folder
+    that becomes OUT only when all of them succeeded."""
+    from moeproxy.devices import peak_accelerator_bytes
+    from moeproxy.proxy.heap import bound_heap_growth
+
+    spec = BuildSpec.model_validate(spec.model_dump() | {"progress": spec.progress})
+    bound_heap_growth()  # streamed buffers go back to the OS when freed (moeproxy.proxy.heap)
+    report_progress = progress or spec.progress or (lambda *a: None)
+    started = time.time()
+    resolved = resolve_and_check(spec)
+    chosen = choose_experts(resolved, spec, report_progress)
+    out = resolved.out
     tmp = _partial_dir(out, os.getpid())
     if tmp.exists():
         shutil.rmtree(tmp)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.mkdir()
-    t_write = time.time()
     try:
-        plan_by_shard: dict[str, list[OutputTensor]] = {shard: [] for shard in ckpt.shards}
-        kept = {i: c.kept for i, (_, c, _) in clusters.items()}
-        for layer, c, _ in clusters.values():
-            new_id = {old: new for new, old in enumerate(c.kept)}
-            for old, names in layer.expert_tensors.items():
-                if old in new_id:
-                    for suffix, key in names.items():
-                        ref = ckpt.tensors[key]
-                        name = f"{layer.block}.experts.{new_id[old]}.{suffix}"
-                        plan_by_shard[ref.file.name].append(
-                            OutputTensor(name, ref.dtype, ref.shape, ref.file, [(ref.start, ref.end)]))
-            for suffix, key in list(layer.fused_tensors.items()) + [(s, k) for s, (k, d) in layer.router_tensors.items()]:
-                ref = ckpt.tensors[key]
-                dim = layer.router_tensors[suffix][1] if suffix in layer.router_tensors else 0
-                shape_out = list(ref.shape)
-                shape_out[dim] = len(c.kept)
-                plan_by_shard[ref.file.name].append(
-                    OutputTensor(key, ref.dtype, tuple(shape_out), ref.file, slice_ranges(ref, dim, c.kept)))
-        for key in layout.backbone:
-            ref = ckpt.tensors[key]
-            plan_by_shard[ref.file.name].append(OutputTensor(key, ref.dtype, ref.shape, ref.file, [(ref.start, ref.end)]))
-        weight_map, total_size, written = {}, 0, []
-        shards = [s for s in ckpt.shards if plan_by_shard[s]]
-        for n, shard in enumerate(shards, 1):
-            tensors = sorted(plan_by_shard[shard], key=lambda t: t.ranges[0][0])
-            total_size += write_shard(tmp / shard, tensors, ckpt.shard_metadata.get(shard))
-            weight_map.update({t.name: shard for t in tensors})
-            written.append(shard)
-            report_progress("write", n, len(shards), shard)
-        if (src / INDEX_NAME).exists() or len(written) != 1 or written[0] != SINGLE_NAME:
-            meta = dict(ckpt.index_metadata)
-            meta["total_size"] = total_size
-            if "total_parameters" in meta:
-                meta.pop("total_parameters")
-            index = {"metadata": meta, "weight_map": dict(sorted(weight_map.items()))}
-            (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
-        (tmp / "config.json").write_text(json.dumps(new_config, indent=2) + "\n")
-        side_files = _copy_side_files(side_files, tmp)
-        t_write = time.time() - t_write
-        plan = _plan_or_none(plan_proxy, ckpt.config, kept_count, spec)
-        report = {
-            "source": str(src.resolve()),
-            "output": str(out.resolve()),
-            "family": adapter.model_type,
-            "spec": json.loads(spec.model_dump_json()),
-            "device": str(device),
-            "experts_before": shape.num_experts,
-            "experts_after": kept_count,
-            "top_k_before": shape.top_k,
-            "top_k_after": k_proxy,
-            "top_k_mode": spec.top_k,
-            "n_group": shape.n_group,
-            "topk_group": shape.topk_group,
-            "notes": routing_notes(shape, kept_count, spec.top_k),
-            "moe_layers": [layer.layer for layer in layout.layers],
-            "kept_experts": {str(i): c.kept for i, (_, c, _) in clusters.items()},
-            "clusters": {str(i): c.members for i, (_, c, _) in clusters.items()},
-            "routing_frequency": {str(i): f.tolist() for i, (_, _, f) in clusters.items() if f is not None},
-            "features": sorted(feature_kind),
-            "config_changes": {k: [ckpt.config.get(k), v] for k, v in new_config.items() if ckpt.config.get(k) != v},
-            "files_copied": side_files,
-            "bytes_before": ckpt.total_bytes,
-            "bytes_after": total_size,
-            "layer_expert_bytes": layout.max_layer_expert_bytes,
-            "plan": plan,
-            "seconds": {"cluster": round(t_cluster, 3), "write": round(t_write, 3)},
-        }
+        written = write_shards(resolved, chosen, tmp, report_progress)
+        report = make_report(resolved, chosen, written, spec)
+        t_verify = time.time()
+        report.verify = verify_built(resolved, chosen, tmp, spec, report_progress)
         if spec.verify:
-            steps = 2 * int(ckpt.config.get("num_hidden_layers") or len(kept))
-            report_progress("verify", 0, steps, "masked full model, then proxy, layer by layer")
-            t_verify = time.time()
-            report["verify"] = verify_proxy(
-                ckpt, open_checkpoint(tmp), adapter, kept, top_k=k_proxy if spec.top_k == "scale" else None,
-                device=device, seed=spec.seed,
-                progress=lambda done, total, message: report_progress("verify", min(done, total - 1), total, message))
-            report["seconds"]["verify"] = round(time.time() - t_verify, 3)
-            report_progress("verify", steps, steps, "passed" if report["verify"]["passed"] else "FAILED")
-        else:
-            report["verify"] = {"skipped": "--no-verify"}
-        report["seconds"]["total"] = round(time.time() - started, 3)
-        report["peak_rss_bytes"] = _peak_rss_bytes()
-        from moeproxy.devices import peak_accelerator_bytes
-
-        report["peak_accelerator_bytes"] = peak_accelerator_bytes(device)
-        (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+            report.seconds["verify"] = round(time.time() - t_verify, 3)
+        report.seconds["total"] = round(time.time() - started, 3)
+        report.peak_rss_bytes = _peak_rss_bytes()
+        report.peak_accelerator_bytes = peak_accelerator_bytes(resolved.device)
+        report.write(tmp)
         if out.exists() or out.is_symlink():
             raise InputError(f"{out}: was created by someone else during the build; the proxy was not written")
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return report
+    return report.model_dump(mode="json")
 
 
 def _plan_or_none(plan_proxy, config: dict, kept: int, spec: BuildSpec) -> dict | None:

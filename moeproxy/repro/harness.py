@@ -94,6 +94,7 @@ def _full_dir(spec: HarnessSpec) -> Path:
 def build_cluster_proxy(spec: HarnessSpec, log=print) -> tuple[Path, dict]:
     """``moeproxy build`` (library call) then healing; returns (proxy dir, build summary)."""
     from moeproxy.proxy.build import BuildSpec, build_proxy
+    from moeproxy.proxy.proxy_report import ProxyReport
     from moeproxy.repro.pretrain import heal
 
     built = spec.out / "proxy-build"
@@ -106,12 +107,9 @@ def build_cluster_proxy(spec: HarnessSpec, log=print) -> tuple[Path, dict]:
     # top-k is kept (pruning == masking) unless that breaks a routing rule (32 -> 4 experts with
     # top-4 routes every token to every expert): then it shrinks with the expert count (k * E'/E)
     top_k_mode = "keep" if resolve_ok(adapter_for(config).routing_shape(config), spec.keep_ratio, "keep", 1) else "scale"
-    report = build_proxy(BuildSpec(src=_full_dir(spec), out=built, keep_ratio=spec.keep_ratio, seed=spec.seed,
-                                   top_k=top_k_mode))
-    summary = {k: report.get(k) for k in ("family", "experts_before", "experts_after", "top_k_before",
-                                          "top_k_after", "kept_experts", "bytes_before", "bytes_after")}
-    summary["verify_passed"] = report.get("verify", {}).get("passed")
-    summary["build_seconds"] = report.get("seconds", {}).get("total")
+    report = ProxyReport.model_validate(build_proxy(BuildSpec(
+        src=_full_dir(spec), out=built, keep_ratio=spec.keep_ratio, seed=spec.seed, top_k=top_k_mode)))
+    summary = {**report.summary(), "build_seconds": report.seconds.get("total")}
     log(f"built proxy: {summary['experts_before']} -> {summary['experts_after']} experts per layer")
     proxy = spec.out / "proxy"
     if proxy.exists():
@@ -169,16 +167,17 @@ REPLICA_SAMPLING_OFFSET = 7919
 
 def _cluster_baseline(spec: HarnessSpec, log, timings: dict) -> ProxySide:
     """``moeproxy build`` then healing (or a proxy an earlier run built), evaluated before RL."""
+    from moeproxy.proxy.proxy_report import ProxyReport
     from moeproxy.repro.evaluation import EvalLimits, evaluate_pair, write_eval_tasks
     from moeproxy.repro.tiny_moe import load_tiny_moe
 
     if spec.reuse_proxy is not None:
         proxy_dir = Path(spec.reuse_proxy)
-        report = json.loads((proxy_dir / "proxy_report.json").read_text())
-        if report.get("spec", {}).get("keep_ratio") != spec.keep_ratio:
-            raise InputError(f"{proxy_dir}: built at keep ratio {report.get('spec', {}).get('keep_ratio')}, not {spec.keep_ratio}")
-        info = {"reused": str(proxy_dir), "experts_before": report.get("experts_before"),
-                "experts_after": report.get("experts_after"), "kept_experts": report.get("kept_experts")}
+        report = ProxyReport.read(proxy_dir)
+        if report.spec.get("keep_ratio") != spec.keep_ratio:
+            raise InputError(f"{proxy_dir}: built at keep ratio {report.spec.get('keep_ratio')}, not {spec.keep_ratio}")
+        info = {"reused": str(proxy_dir), "experts_before": report.experts_before,
+                "experts_after": report.experts_after, "kept_experts": report.kept_experts}
         saved = proxy_dir.parent / "evaluation.json"
         evaluation = json.loads(saved.read_text()) if saved.is_file() else None
         return ProxySide(*load_tiny_moe(proxy_dir), info, evaluation)
