@@ -34,7 +34,9 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or (``only``) of one: ``moeproxy ingest`` then imports the
+    ingest command's module and no other (start-up of a one-shot command stays short)."""
     parser = argparse.ArgumentParser(
         prog="moeproxy",
         description="Triage failed MoE RL post-training runs and reproduce them on small proxies.",
@@ -45,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
@@ -53,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    # a known command first: only its module is needed (help and errors without one list them all)
+    parser = build_parser(given[0] if given and given[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args._module.run(args) or 0)

@@ -77,6 +77,9 @@ def read_verl_jsonl(src: SourceFile):
     before = _identity(src.path)
     if before is None or before[2] != src.size or (before[0], before[1]) != src.identity:
         return None
+    from moeproxy.ingest.preload import import_in_background
+
+    import_in_background()  # pandas and the store load while DuckDB reads
     hasher = _Hasher(src)
     hasher.start()
     try:

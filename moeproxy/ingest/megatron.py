@@ -10,12 +10,10 @@ scale: A, reducing to B`` for each skipped step; it is recorded at the step bein
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -237,7 +235,12 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
     or not safe: small file, one core, or other threads running (forking a threaded process can
     deadlock the child, e.g. inside the Streamlit server)."""
     if (src.size < PARALLEL_MIN_BYTES or src.encoding != "utf-8" or threading.active_count() != 1
-            or len(os.sched_getaffinity(0)) < 2 or "fork" not in multiprocessing.get_all_start_methods()):
+            or len(os.sched_getaffinity(0)) < 2):
+        return None
+    import multiprocessing  # here: only a large file needs it
+    from concurrent.futures import ProcessPoolExecutor
+
+    if "fork" not in multiprocessing.get_all_start_methods():
         return None
     share = CHILD_SHARE if "pandas" in sys.modules else CHILD_SHARE_COLD
     mid = src.line_boundary(int(src.size * (1 - share)))

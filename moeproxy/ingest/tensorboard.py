@@ -27,7 +27,11 @@ from moeproxy.ingest.tfrecord import record_windows
 
 def parse_tensorboard(src: SourceFile) -> ParsedLog:
     from moeproxy.ingest.event_columns import decode_window
+    from moeproxy.ingest.preload import import_in_background
     from moeproxy.ingest.table import build_frame
+
+    if src.size > 1 << 20:
+        import_in_background()  # pandas and the store load while numpy decodes
 
     names: list[str] = []
     index: dict[str, int] = {}
