@@ -91,9 +91,13 @@ else:
     shown = table[["run", "role", "proxy_of", "framework", "format", "steps", "metrics", "nonfinite",
                    "attempts", "verdict", "onset_step"]].copy()
     shown["verdict"] = shown["verdict"].fillna("not diagnosed")
+    live = queries.live_runs(db)
+    shown.insert(1, "live", ["live" if r in live else "" for r in shown["run"]])
     st.dataframe(shown, hide_index=True, width="stretch", key="runs_table",
                  column_config={"nonfinite": st.column_config.NumberColumn("non-finite"),
-                                "onset_step": st.column_config.NumberColumn("onset step")})
+                                "onset_step": st.column_config.NumberColumn("onset step"),
+                                "live": st.column_config.TextColumn("watch", help="live: a `moeproxy watch` "
+                                                                    "stored rows of this run in the last minute")})
     st.markdown("  ".join(f"**{md_code(r.run)}** {verdict_badge(r.verdict if isinstance(r.verdict, str) else None)}"
                           for r in table.itertuples()))
     show_glance(db, version, table)

@@ -256,14 +256,24 @@ def test_a_watched_run_grows_on_triage_without_a_reload(page, server, tmp_path):
         main = page.get_by_test_id("stMain")
         sync_api.expect(main.get_by_text("a watcher is adding steps to this run")).to_be_visible()
         chart = page.locator(".st-key-triage_chart .js-plotly-plot")
-        sync_api.expect(chart.get_by_text("healthy runs 5-95 %")).to_be_visible()
+        sync_api.expect(chart.get_by_text("healthy runs 5-95 %").first).to_be_visible()
         sync_api.expect(main.get_by_text(re.compile(r"Last step 60\b"))).to_be_visible()
         shoot(page, "08-triage-live-before")
         with open(log, "a") as fh:  # the job logs on; the page is not reloaded
             fh.write("\n".join(records[60:200]) + "\n")
         sync_api.expect(main.get_by_text(re.compile(r"Last step 200\b"))).to_be_visible(timeout=60_000)
-        sync_api.expect(chart.get_by_text("healthy runs 5-95 %")).to_be_visible()
+        sync_api.expect(chart.get_by_text("healthy runs 5-95 %").first).to_be_visible()
         shoot(page, "09-triage-live-after")
+
+        # the Runs page marks the run live (the grid's accessible cells carry the table's text)
+        open_page(page, server, "")
+        grid = page.get_by_test_id("stDataFrame")
+        sync_api.expect(grid.locator("[role=gridcell]", has_text="live-run").first).to_be_attached()
+        texts = grid.locator("[role=gridcell]").all_inner_texts()
+        at = texts.index("live-run")
+        assert texts[at + 1] == "live", texts[at:at + 12]
+        assert "healthy-0" in texts and texts[texts.index("healthy-0") + 1] == ""  # not watched
+        shoot(page, "10-runs-live")
     finally:
         watcher.terminate()
         watcher.wait(timeout=30)
