@@ -54,12 +54,31 @@ def exact_match(model, tokenizer, pairs: list[tuple[int, int]], batch_size: int 
     return correct / max(len(pairs), 1)
 
 
-def supervised_steps(model, tokenizer, steps: int, seed: int, lr: float, batch_size: int = 128) -> float:
-    """``steps`` AdamW steps of answer-only supervised loss on the train split; returns the last loss."""
+def _supervised_step(model, tokenizer, opt, rng: random.Random, batch_size: int, is_moe: bool):
+    """One AdamW step of answer-only supervised loss on a train-split batch (gradients clipped to 1);
+    returns the model output (its loss, and for a MoE its aux loss)."""
     import torch
 
     from moeproxy.repro import arithmetic
     from moeproxy.repro.sampling import encode_supervised, position_ids_for
+
+    batch = arithmetic.sample_prompts("train", batch_size, rng)
+    ids, mask, labels = encode_supervised(
+        tokenizer, [arithmetic.prompt(a, b) for a, b in batch], [arithmetic.answer(a, b) for a, b in batch]
+    )
+    extra = {"output_router_logits": True} if is_moe else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), labels=labels,
+                use_cache=False, **extra)
+    opt.zero_grad(set_to_none=True)
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return out
+
+
+def supervised_steps(model, tokenizer, steps: int, seed: int, lr: float, batch_size: int = 128) -> float:
+    """``steps`` AdamW steps of answer-only supervised loss on the train split; returns the last loss."""
+    import torch
 
     torch.manual_seed(seed)
     rng = random.Random(seed + 1)
@@ -68,18 +87,7 @@ def supervised_steps(model, tokenizer, steps: int, seed: int, lr: float, batch_s
     model.train()
     loss = float("nan")
     for _ in range(steps):
-        batch = arithmetic.sample_prompts("train", batch_size, rng)
-        ids, mask, labels = encode_supervised(
-            tokenizer, [arithmetic.prompt(a, b) for a, b in batch], [arithmetic.answer(a, b) for a, b in batch]
-        )
-        extra = {"output_router_logits": True} if is_moe else {}
-        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), labels=labels,
-                    use_cache=False, **extra)
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss = float(out.loss.detach())
+        loss = float(_supervised_step(model, tokenizer, opt, rng, batch_size, is_moe).loss.detach())
     return loss
 
 
@@ -114,7 +122,6 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, log=print) -> dict:
     import torch
 
     from moeproxy.repro import arithmetic
-    from moeproxy.repro.sampling import encode_supervised, position_ids_for
     from moeproxy.repro.tiny_moe import build_tiny_moe, build_tokenizer
 
     out_dir = Path(out_dir)
@@ -134,17 +141,7 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, log=print) -> dict:
     started = time.perf_counter()
     model.train()
     for step in range(1, config.steps + 1):
-        batch = arithmetic.sample_prompts("train", config.batch_size, rng)
-        ids, mask, labels = encode_supervised(
-            tokenizer, [arithmetic.prompt(a, b) for a, b in batch], [arithmetic.answer(a, b) for a, b in batch]
-        )
-        extra = {} if config.dense_intermediate_size else {"output_router_logits": True}
-        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), labels=labels,
-                    use_cache=False, **extra)
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        out = _supervised_step(model, tokenizer, opt, rng, config.batch_size, not config.dense_intermediate_size)
         sched.step()
         if step % config.log_every == 0 or step == config.steps:
             aux = getattr(out, "aux_loss", None)
