@@ -1,12 +1,24 @@
-"""Ingest speed and memory against DuckDB's own JSON reader.
+"""Ingest speed and memory, each format against its fastest native reader, in one run.
 
-Generates (in a temporary directory) a verl file-logger JSONL run of 20,000 steps x 200 metrics
-(4 million values) and a Megatron text log of 200,000 iterations, then times
-``moeproxy ingest`` on each in a fresh process (start-up included) into a new DuckDB file, and
-DuckDB reading the same JSONL natively (``read_json`` + unpivot into a table) as the reference.
-Peak memory is the child process's max RSS. Prints one line per measurement.
+Generates (in a temporary directory; ``--dir`` chooses where: a tmpfs keeps disk writes out of
+the figures) three inputs and times, alternately, ``moeproxy ingest`` into a new DuckDB file in a
+fresh process (start-up included) and the reference reader in a fresh process:
 
-    python bench/ingest.py [--steps 20000] [--metrics 200] [--iterations 200000] [--repeat 3]
+- TensorBoard: 100,000 steps x 20 tags = 2M scalars in tensorboardX's layout (one event per
+  scalar); reference: TensorBoard's ``EventAccumulator`` loading every scalar
+  (``size_guidance={'scalars': 0}``).
+- verl JSONL: 20,000 steps x 200 metrics = 4M values (``{"step": N, "data": {...}}``, NaN as
+  null); reference: DuckDB's fastest native read of that layout, ``read_json(columns={'step':
+  'BIGINT', 'data': 'JSON'})`` with ``unnest(json_keys(data))`` and ``unnest(CAST(json_extract(data,
+  '$.*') AS DOUBLE[]))``, into a table of a DuckDB file.
+- Megatron text: 200,000 iteration lines x 10 fields = 2M values; reference: DuckDB reading the
+  lines (``read_csv`` of one column) and splitting them with ``regexp_extract_all`` into a table.
+
+Each figure is the median of ``--repeat`` runs (wall seconds, CPU seconds of the process and its
+children beside them), with the peak RSS. After the timed runs, the values moeproxy stored are
+compared with the reference's (every value; NaN equal to NaN). Prints one table.
+
+    python bench/ingest.py [--repeat 3] [--formats tensorboard,jsonl,megatron] [--dir /dev/shm]
 """
 
 from __future__ import annotations
@@ -101,91 +113,177 @@ def write_event_file(directory: Path, steps: int, tags: list[str], value_of, wal
     return path
 
 
-def run_child(args: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB of that child, stdout); CPU seconds are printed too."""
+def run_child(args: list[str]) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak RSS MiB, output) of one child process."""
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - started
         out.seek(0)
         text = out.read()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{text}")
-    cpu = usage.ru_utime + usage.ru_stime
-    print(f"    (cpu {cpu:.2f} s)", end="")
-    return seconds, usage.ru_maxrss / 1024, text
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(map(str, args))} failed:\n{text}")
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
 
 
-DUCKDB_NATIVE = """
+# Every scalar through TensorBoard's own loader; the arrays are saved for the value check after the
+# clock stopped (the time that takes is printed, and taken off the wall time).
+EVENT_ACCUMULATOR = """
+import sys, time
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
+ea.Reload()
+events = {tag: ea.Scalars(tag) for tag in ea.Tags()["scalars"]}
+loaded = time.perf_counter()
+import numpy as np
+tags, steps, values, walls = [], [], [], []
+for tag, evs in events.items():
+    tags += [tag] * len(evs)
+    steps += [e.step for e in evs]
+    values += [e.value for e in evs]
+    walls += [e.wall_time for e in evs]
+np.savez(sys.argv[2], tag=np.asarray(tags), step=np.asarray(steps), value=np.asarray(values), wall=np.asarray(walls))
+print(f"dump {time.perf_counter() - loaded:.3f}")
+"""
+
+DUCKDB_JSON = """
 import sys, duckdb
 path, db = sys.argv[1], sys.argv[2]
 con = duckdb.connect(db)
 con.execute("SET enable_progress_bar = false")
-con.execute(f"CREATE TABLE t AS SELECT step, e.key AS metric, e.value AS value FROM (SELECT step, unnest(map_entries(data)) AS e FROM read_json('{path}', format='newline_delimited'))")
-print(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
+con.execute(f'''CREATE TABLE t AS SELECT step, unnest(json_keys(data)) AS metric,
+    unnest(CAST(json_extract(data, '$.*') AS DOUBLE[])) AS value
+    FROM read_json('{path}', columns = {{'step': 'BIGINT', 'data': 'JSON'}}, format = 'newline_delimited')''')
+print(con.execute("SELECT count(*) FROM t").fetchone()[0])
 """
 
-DUCKDB_NATIVE_STRUCT = """
+# the fastest of the patterns tried (a leading space instead of a lazy quantifier or \s classes)
+DUCKDB_REGEX = r"""
 import sys, duckdb
 path, db = sys.argv[1], sys.argv[2]
 con = duckdb.connect(db)
 con.execute("SET enable_progress_bar = false")
-con.execute(f"CREATE TABLE t AS UNPIVOT (SELECT step, unnest(data) FROM read_json('{path}', format='newline_delimited', map_inference_threshold=-1)) ON COLUMNS(* EXCLUDE step) INTO NAME metric VALUE value")
-print(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
+pattern = " ([^|:]+): +([^ |]+) \\|"
+con.execute(f'''CREATE TABLE t AS SELECT CAST(regexp_extract(line, 'iteration +(\\d+)/', 1) AS BIGINT) AS step,
+    unnest(regexp_extract_all(line, '{pattern}', 1)) AS metric,
+    unnest(CAST(regexp_extract_all(line, '{pattern}', 2) AS DOUBLE[])) AS value
+    FROM read_csv('{path}', columns = {{'line': 'VARCHAR'}}, delim = '\x01', header = false, quote = '',
+                  escape = '', auto_detect = false)
+    WHERE line LIKE '%iteration%' ''')
+print(con.execute("SELECT count(*) FROM t").fetchone()[0])
 """
+
+STORED = ("SELECT n.original AS metric, s.step, s.value, s.wall_time FROM ours.scalars s JOIN ours.metric_names n "
+          "ON n.run_id = s.run_id AND n.metric = s.metric")
+
+
+def check_against_duckdb(ours: Path, reference: Path, skip_metrics=()) -> str:
+    """Every stored value against the reference table's (NaN equal to NaN, as DuckDB compares)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{ours}' AS ours (READ_ONLY)")
+    con.execute(f"ATTACH '{reference}' AS ref (READ_ONLY)")
+    skip = ", ".join(f"'{m}'" for m in skip_metrics) or "''"
+    mine = f"SELECT metric, step, value FROM ({STORED}) WHERE metric NOT IN ({skip})"
+    theirs = ("SELECT trim(metric) AS metric, step, coalesce(value, 'nan'::DOUBLE) AS value FROM ref.t "
+              f"WHERE trim(metric) NOT IN ({skip})")
+    n_mine, n_theirs = (con.execute(f"SELECT count(*) FROM ({q})").fetchone()[0] for q in (mine, theirs))
+    differ = con.execute(f"SELECT count(*) FROM (({mine}) EXCEPT ALL ({theirs}))").fetchone()[0]
+    ok = differ == 0 and n_mine == n_theirs
+    return f"{'identical' if ok else 'DIFFERENT'} ({n_mine:,} vs {n_theirs:,} values, {differ} differ)"
+
+
+def check_against_accumulator(ours: Path, dump: Path) -> str:
+    """Every stored value, step and wall time against EventAccumulator's."""
+    import duckdb
+    import numpy as np
+
+    ref = np.load(dump)
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{ours}' AS ours (READ_ONLY)")
+    mine = con.execute(f"SELECT * FROM ({STORED}) ORDER BY metric, step").fetchnumpy()
+    order = np.lexsort((ref["step"], ref["tag"]))
+    same = (len(order) == len(mine["step"]) and np.array_equal(ref["tag"][order], mine["metric"].astype(str))
+            and np.array_equal(ref["step"][order], mine["step"])
+            and np.array_equal(ref["value"][order], mine["value"], equal_nan=True)
+            and np.array_equal(ref["wall"][order], mine["wall_time"]))
+    return f"{'identical' if same else 'DIFFERENT'} ({len(mine['step']):,} vs {len(order):,} values, steps and wall times)"
+
+
+def _size(path: Path) -> float:
+    return sum(f.stat().st_size for f in ([path] if path.is_file() else path.iterdir())) / 2**20
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tb-steps", type=int, default=100_000)
+    parser.add_argument("--tb-tags", type=int, default=20)
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--metrics", type=int, default=200)
-    parser.add_argument("--iterations", type=int, default=200000)
-    parser.add_argument("--repeat", type=int, default=3, help="ingests timed per file (median and best printed)")
+    parser.add_argument("--iterations", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side (the median is shown)")
+    parser.add_argument("--formats", default="tensorboard,jsonl,megatron")
+    parser.add_argument("--dir", help="where the inputs and databases go (default: a temporary directory)")
     args = parser.parse_args()
-    moeproxy = [sys.executable, "-m", "moeproxy"]
-    with tempfile.TemporaryDirectory() as tmp:
+    formats = args.formats.split(",")
+    moeproxy = [sys.executable, "-m", "moeproxy", "ingest"]
+    rows = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         tmp = Path(tmp)
-        jsonl, megatron = tmp / "verl_run.jsonl", tmp / "megatron_run.log"
-        print(f"generating {args.steps} steps x {args.metrics} metrics verl JSONL and {args.iterations} Megatron iterations ...",
-              flush=True)
-        n_json = write_verl_jsonl(jsonl, args.steps, args.metrics)
-        n_text = write_megatron_log(megatron, args.iterations)
-        print(f"  {jsonl.name}: {jsonl.stat().st_size / 2**20:.0f} MiB, {n_json:,} values; "
-              f"{megatron.name}: {megatron.stat().st_size / 2**20:.0f} MiB, {n_text:,} values", flush=True)
+        inputs = {}
+        if "tensorboard" in formats:
+            tags = [f"train/metric_{i:02d}" for i in range(args.tb_tags)]
 
-        ref_times = []
-        for name, script in (("map", DUCKDB_NATIVE), ("struct+unpivot", DUCKDB_NATIVE_STRUCT)):
-            seconds, rss, out = run_child([sys.executable, "-c", script, str(jsonl), str(tmp / f"ref_{name}.duckdb")])
-            ref_times.append(seconds)
-            print(f"\nduckdb native read_json ({name}) : {seconds:6.2f} s  {int(out.split()[-1]) / seconds / 1e6:5.2f} M values/s  "
-                  f"peak RSS {rss:6.0f} MiB", flush=True)
-        reference = min(ref_times)
+            def value_of(step: int, i: int) -> float:
+                return math.nan if (step * 7 + i) % 99991 == 0 else math.sin(step * 1e-3 + i)
 
-        def timed_ingest(path: Path, label: str) -> tuple[float, float, float, str]:
-            """Median and best wall time of --repeat fresh ingests (each into a new database)."""
-            times, peak, out = [], 0.0, ""
+            path = write_event_file(tmp / "tb", args.tb_steps, tags, value_of)
+            inputs["tensorboard"] = (path.parent, args.tb_steps * args.tb_tags, "EventAccumulator, every scalar",
+                                     [sys.executable, "-c", EVENT_ACCUMULATOR, str(path.parent)], ".npz")
+        if "jsonl" in formats:
+            path = tmp / "verl_run.jsonl"
+            n = write_verl_jsonl(path, args.steps, args.metrics)
+            inputs["jsonl"] = (path, n, "DuckDB read_json + json_keys/json_extract",
+                               [sys.executable, "-c", DUCKDB_JSON, str(path)], ".duckdb")
+        if "megatron" in formats:
+            path = tmp / "megatron_run.log"
+            n = write_megatron_log(path, args.iterations)
+            inputs["megatron"] = (path, n, "DuckDB read_csv + regexp_extract_all",
+                                  [sys.executable, "-c", DUCKDB_REGEX, str(path)], ".duckdb")
+        for name, (path, n, ref_name, ref_cmd, suffix) in inputs.items():
+            print(f"{name}: {n:,} values, {_size(path):.0f} MiB", flush=True)
+            ours, theirs = [], []
             for i in range(args.repeat):
-                db = tmp / f"{label}-{i}.duckdb"
-                seconds, rss, out = run_child(moeproxy + ["ingest", str(path), "--db", str(db)])
-                times.append(seconds)
-                peak = max(peak, rss)
-                db.unlink()
-            return statistics.median(times), min(times), peak, out
+                db, out = tmp / f"{name}-{i}.duckdb", tmp / f"{name}-ref-{i}{suffix}"
+                seconds, cpu, rss, text = run_child(ref_cmd + [str(out)])
+                if name == "tensorboard":
+                    seconds -= float(text.split("dump")[-1])
+                theirs.append((seconds, cpu, rss))
+                ours.append(run_child(moeproxy + [str(path), "--db", str(db)])[:3])
+                print(f"  run {i + 1}: moeproxy {ours[-1][0]:.2f} s, reference {theirs[-1][0]:.2f} s", flush=True)
+                if i < args.repeat - 1:
+                    db.unlink()
+                    out.unlink()
+            if name == "tensorboard":
+                check = check_against_accumulator(db, out)
+            else:  # Megatron's step time is stored in seconds (the log prints ms): not compared
+                check = check_against_duckdb(db, out, ("elapsed time per iteration (ms)",) if name == "megatron" else ())
+            print(f"  values: {check}", flush=True)
 
-        median, best, rss, out = timed_ingest(jsonl, "jsonl")
-        print(f"\nmoeproxy ingest verl JSONL      : median {median:6.2f} s  best {best:6.2f} s of {args.repeat}  "
-              f"{n_json / median / 1e6:5.2f} M values/s (median)  peak RSS {rss:6.0f} MiB  "
-              f"ratio to DuckDB native {median / reference:.2f}x (target <= 2x)")
-        print(f"  {out.splitlines()[0]}", flush=True)
-        median, best, rss2, out = timed_ingest(megatron, "megatron")
-        print(f"\nmoeproxy ingest Megatron text   : median {median:6.2f} s  best {best:6.2f} s of {args.repeat}  "
-              f"{n_text / median / 1e6:5.2f} M values/s (median, {n_text / best / 1e6:.2f} best)  "
-              f"peak RSS {rss2:6.0f} MiB  (target >= 1 M values/s, < 1024 MiB)")
-        print(f"  {out.splitlines()[0]}")
-        seconds, _, _ = run_child(moeproxy + ["runs", "--db", str(tmp / "b.duckdb")])
-        print(f"moeproxy runs (start-up + query): {seconds:6.2f} s")
+            def median(runs, k):
+                return statistics.median(r[k] for r in runs)
+
+            rows.append((name, n, ref_name, median(ours, 0), median(ours, 1), max(r[2] for r in ours),
+                         median(theirs, 0), median(theirs, 1), max(r[2] for r in theirs), check))
+    print(f"\nmedian of {args.repeat} runs each: wall seconds (CPU seconds of the process and its children); peak RSS")
+    print("| input | values | moeproxy ingest | reference | reference reader | ratio wall | ratio CPU | "
+          "peak RSS moeproxy / reference | stored values |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, n, ref_name, ow, oc, orss, tw, tc, trss, check in rows:
+        print(f"| {name} | {n / 1e6:.1f}M | {ow:.2f} s ({oc:.2f}) | {tw:.2f} s ({tc:.2f}) | {ref_name} | "
+              f"{ow / tw:.2f}x | {oc / tc:.2f}x | {orss:.0f} / {trss:.0f} MiB | {check} |")
 
 
 if __name__ == "__main__":
