@@ -11,12 +11,12 @@ mean output joined with the L2-normalised mean gate-weighted routed output.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from moeproxy.errors import InputError, NotFound
+from moeproxy.json_lines import read_json_lines
 from moeproxy.proxy.masking import moe_block, router_module
 
 
@@ -26,34 +26,27 @@ def read_calibration(path: str | Path, ckpt_dir: Path, max_tokens: int, max_len:
         raise NotFound(f"{path}: calibration file not found")
     tokenizer = None
     seqs, total = [], 0
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-            if isinstance(row, dict) and isinstance(row.get("input_ids"), list):
-                ids = [int(t) for t in row["input_ids"]]
-            elif isinstance(row, dict) and isinstance(row.get("text"), str):
-                if tokenizer is None:
-                    try:
-                        from transformers import AutoTokenizer
+    for lineno, row in read_json_lines(path):
+        if isinstance(row, dict) and isinstance(row.get("input_ids"), list):
+            ids = [int(t) for t in row["input_ids"]]
+        elif isinstance(row, dict) and isinstance(row.get("text"), str):
+            if tokenizer is None:
+                try:
+                    from transformers import AutoTokenizer
 
-                        tokenizer = AutoTokenizer.from_pretrained(str(ckpt_dir))
-                    except Exception as exc:
-                        raise InputError(f"{path}:{lineno}: has text but {ckpt_dir} has no usable tokenizer "
-                                         f"({type(exc).__name__}); give input_ids instead") from exc
-                ids = tokenizer(row["text"])["input_ids"]
-            else:
-                raise InputError(f'{path}:{lineno}: each line must be {{"input_ids": [...]}} or {{"text": "..."}}')
-            ids = ids[: min(max_len, max_tokens - total)]
-            if ids:
-                seqs.append(ids)
-                total += len(ids)
-            if total >= max_tokens:
-                break
+                    tokenizer = AutoTokenizer.from_pretrained(str(ckpt_dir))
+                except Exception as exc:
+                    raise InputError(f"{path}:{lineno}: has text but {ckpt_dir} has no usable tokenizer "
+                                     f"({type(exc).__name__}); give input_ids instead") from exc
+            ids = tokenizer(row["text"])["input_ids"]
+        else:
+            raise InputError(f'{path}:{lineno}: each line must be {{"input_ids": [...]}} or {{"text": "..."}}')
+        ids = ids[: min(max_len, max_tokens - total)]
+        if ids:
+            seqs.append(ids)
+            total += len(ids)
+        if total >= max_tokens:
+            break
     if not seqs:
         raise InputError(f"{path}: no calibration tokens")
     return seqs

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from moeproxy.errors import InputError
+from moeproxy.json_lines import read_json_lines
 from moeproxy.repro.memory import reset_peak_rss, rss_kib
 
 
@@ -50,15 +51,9 @@ def read_tasks(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise InputError(f"{path}: no such task file")
     tasks = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from None
+    for number, row in read_json_lines(path):
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not isinstance(row.get("answer"), str):
-            raise InputError(f'{path}:{number}: expected {{"prompt": str, "answer": str}}, got {line[:80]!r}')
+            raise InputError(f'{path}:{number}: expected {{"prompt": str, "answer": str}}, got {json.dumps(row)[:80]!r}')
         tasks.append(row)
     if not tasks:
         raise InputError(f"{path}: no tasks")
