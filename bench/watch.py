@@ -130,6 +130,7 @@ def main() -> int:
         watcher.send_signal(signal.SIGTERM)
         watcher.wait(60)
         info = json.loads((root / "writer.json").read_text())
+        stopped = [line for line in (root / "watch.out").read_text().splitlines() if "stopped after" in line]
 
         import duckdb
 
@@ -158,6 +159,8 @@ def main() -> int:
         print("alert latency: no alert arrived")
     print(f"watcher CPU: {cpu1 - cpu0:.1f} s over {wall:.1f} s = {(cpu1 - cpu0) / wall:.2f} cores "
           f"(load average {load0:.2f} -> {load1:.2f} on {os.cpu_count()} CPUs)")
+    if stopped:
+        print("watcher: " + stopped[-1].split(": ", 1)[1])
     if reads:
         print(f"a reader meanwhile (Store.runs_overview from the bench process, lock waits included): "
               f"p50 {statistics.median(reads) * 1000:.0f} ms, p95 {percentile(reads, 95) * 1000:.0f} ms, "

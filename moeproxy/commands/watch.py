@@ -48,5 +48,7 @@ def run(args) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if not args.once:
-        print("moeproxy watch: stopped", flush=True)
+        held = sorted(watcher.held) or [0.0]
+        print(f"moeproxy watch: stopped after {len(watcher.held)} cycles; the database was held "
+              f"{1000 * sum(held) / len(held):.0f} ms per cycle on average, at most {1000 * held[-1]:.0f} ms", flush=True)
     return 0

@@ -91,6 +91,7 @@ class CycleReport:
     files: int = 0
     diagnosed: int = 0
     alerts: list = field(default_factory=list)
+    held_s: float = 0.0  # how long the cycle kept the database file open (others wait meanwhile)
 
 
 class Watcher:
@@ -103,6 +104,7 @@ class Watcher:
         self.saved: dict[int, dict] = {}  # source_id -> stored position (to resume a file seen again)
         self.scratch = _scratch_folder()
         self._said: set[str] = set()
+        self.held: list[float] = []  # per cycle: seconds the database file was kept open
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -121,6 +123,7 @@ class Watcher:
             while not stop.is_set():
                 started = time.monotonic()
                 report = self.cycle()
+                self.held.append(report.held_s)
                 if once and not report.files:
                     break
                 if not once:  # a look every interval (a long cycle is followed at once by the next)
@@ -148,9 +151,11 @@ class Watcher:
         chunks = self._read()  # files are read and parsed before the store is opened
         try:
             with self.store.held():  # one open of the file for the rows and the series to diagnose
+                opened = time.monotonic()
                 for chunk, result in self._store(chunks) if chunks else []:
                     self._committed(chunk, result, report)
                 frames = self._frames_due()
+                report.held_s = time.monotonic() - opened
         except StoreBusy as exc:
             self.say(f"moeproxy watch: {exc}; trying again", err=True)
             return report
