@@ -56,6 +56,7 @@ class Chunk:
     parsed: ParsedLog | None
     index_base: int  # the record index the next chunk starts from
     warnings: list[str] = field(default_factory=list)
+    more: bool = False  # the file held more bytes than one look reads
 
     @property
     def frame(self):
@@ -159,7 +160,9 @@ class FollowedFile:
         data = self._complete(data, size, max_bytes)
         if not data:
             return None
-        return self._parse(data)
+        chunk = self._parse(data)
+        chunk.more = size - self.position > max_bytes
+        return chunk
 
     def _detect(self, data: bytes, size: int) -> None:
         """The format of the file's first bytes (complete lines only): waits while too few lines

@@ -89,6 +89,7 @@ class RunState:
 class CycleReport:
     rows: int = 0
     files: int = 0
+    more: bool = False  # a file held more than one look read: the next cycle goes on at once
     diagnosed: int = 0
     alerts: list = field(default_factory=list)
     held_s: float = 0.0  # how long the cycle kept the database file open (others wait meanwhile)
@@ -115,7 +116,7 @@ class Watcher:
         self._started = True
 
     def run(self, stop: threading.Event | None = None, once: bool = False) -> None:
-        """Cycle until ``stop`` is set (or, ``once``, until a cycle finds nothing new)."""
+        """Cycle until ``stop`` is set (or, ``once``, until the bytes the files held are read)."""
         stop = stop or threading.Event()
         if not self._started:
             self.start()
@@ -124,9 +125,9 @@ class Watcher:
                 started = time.monotonic()
                 report = self.cycle()
                 self.held.append(report.held_s)
-                if once and not report.files:
-                    break
-                if not once:  # a look every interval (a long cycle is followed at once by the next)
+                if once and not report.more:  # what the files held at the start is in (a log that
+                    break                         # keeps growing does not keep --once going)
+                if not once and not report.more:  # a look every interval; a backlog is read on at once
                     stop.wait(max(0.0, started + self.config.interval - time.monotonic()))
         finally:
             self.close()
@@ -284,6 +285,7 @@ class Watcher:
         new = f.source_id is None and result is not None
         f.commit(chunk)
         report.files += 1
+        report.more = report.more or chunk.more
         if result is None:
             return
         f.source_id, f.totals = result["source_id"], result["totals"]

@@ -256,3 +256,12 @@ def test_record_index_steps_run_on_across_chunks_and_an_endless_line_is_refused(
     w.cycle()
     assert f"{log}: line 4: longer than 4,096 bytes" in w.err.getvalue()
     w.close()
+
+
+def test_once_reads_a_backlog_larger_than_one_look_and_stops(tmp_path):
+    log = tmp_path / "backlog" / "metrics.jsonl"
+    log.parent.mkdir()
+    append(log, jsonl(range(1, 201)))
+    w = make_watcher(tmp_path, log.parent, max_chunk_bytes=1000)  # about 30 lines a look
+    w.run(once=True)
+    assert [s for m, s, *_ in stored(tmp_path) if m == "loss"] == list(range(1, 201))
