@@ -113,18 +113,28 @@ def write_event_file(directory: Path, steps: int, tags: list[str], value_of, wal
     return path
 
 
+# Runs the measured command and reports its wall time, CPU time and peak RSS. A small process of
+# its own: a child inherits the high-water RSS of the process it was forked from (Linux keeps it
+# across exec), so a child of this script, which holds the generated inputs, would report this
+# script's RSS when its own is smaller.
+LAUNCH = """
+import os, resource, subprocess, sys, time
+started = time.perf_counter()
+code = subprocess.run(sys.argv[1:]).returncode
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"measured {time.perf_counter() - started} {usage.ru_utime + usage.ru_stime} {usage.ru_maxrss}")
+sys.exit(code)
+"""
+
+
 def run_child(args: list[str]) -> tuple[float, float, float, str]:
-    """(wall seconds, CPU seconds, peak RSS MiB, output) of one child process."""
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - started
-        out.seek(0)
-        text = out.read()
-    if os.waitstatus_to_exitcode(status) != 0:
+    """(wall seconds, CPU seconds, peak RSS MiB, output) of one command."""
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, *map(str, args)], capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    if proc.returncode != 0:
         raise SystemExit(f"{' '.join(map(str, args))} failed:\n{text}")
-    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
+    wall, cpu, kib = proc.stdout.rsplit("measured", 1)[1].split()
+    return float(wall), float(cpu), float(kib) / 1024, proc.stdout.rsplit("measured", 1)[0]
 
 
 # Every scalar through TensorBoard's own loader; the arrays are saved for the value check after the
@@ -259,7 +269,7 @@ def main() -> None:
                 db, out = tmp / f"{name}-{i}.duckdb", tmp / f"{name}-ref-{i}{suffix}"
                 seconds, cpu, rss, text = run_child(ref_cmd + [str(out)])
                 if name == "tensorboard":
-                    seconds -= float(text.split("dump")[-1])
+                    seconds -= float(text.split("dump")[-1].split()[0])
                 theirs.append((seconds, cpu, rss))
                 ours.append(run_child(moeproxy + [str(path), "--db", str(db)])[:3])
                 print(f"  run {i + 1}: moeproxy {ours[-1][0]:.2f} s, reference {theirs[-1][0]:.2f} s", flush=True)
