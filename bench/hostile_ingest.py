@@ -159,7 +159,9 @@ def growing_cases() -> list[Case]:
         def go():
             time.sleep(0.3)
             tmp = d / "new.log"
-            tmp.write_text(" iteration        1/ 10 | lm loss: 9.0E+00 | grad norm: 9.0 |\n" * 10)
+            # one step per line, as in the file it replaces: an ingest that opens the file only after
+            # the replacement (a slow start on a loaded machine) reads it whole, consistently
+            tmp.write_text("".join(f" iteration {i:>8}/ 10 | lm loss: 9.0E+00 | grad norm: 9.0 |\n" for i in range(1, 11)))
             os.replace(tmp, d / "big.log")
         return go
 
