@@ -12,6 +12,7 @@ from dashboard.safe_text import md_code, md_failure, md_lines, verdict_badge
 from moeproxy.contracts import ROLES
 
 UPLOAD_LIMIT_MB = 256
+TABLE_ROWS, ROW_PX = 25, 35  # Streamlit's row height
 UPLOAD_NAME_LIMIT = 200
 
 
@@ -93,7 +94,9 @@ else:
     shown["verdict"] = shown["verdict"].fillna("not diagnosed")
     live = queries.live_runs(db)
     shown.insert(1, "live", ["live" if r in live else "" for r in shown["run"]])
+    # every run in view up to TABLE_ROWS (the default shows ten and scrolls the rest)
     st.dataframe(shown, hide_index=True, width="stretch", key="runs_table",
+                 height=min(len(shown), TABLE_ROWS) * ROW_PX + ROW_PX + 3,
                  column_config={"nonfinite": st.column_config.NumberColumn("non-finite"),
                                 "onset_step": st.column_config.NumberColumn("onset step"),
                                 "live": st.column_config.TextColumn("watch", help="live: a `moeproxy watch` "
