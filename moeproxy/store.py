@@ -540,10 +540,32 @@ class Transaction:
         return dict(self.con.execute(
             "SELECT original, metric FROM metric_names WHERE run_id = ?", [run_id]).fetchall())
 
-    def attempt_offset(self, run_id: int, frame: pd.DataFrame) -> int:
+    def run_ids(self, names: list[str]) -> dict[str, int]:
+        """name -> run id of the runs that exist, in one query."""
+        return {str(n): int(i) for n, i in self.con.execute(
+            "SELECT name, run_id FROM runs WHERE list_contains(?, name)", [list(names)]).fetchall()}
+
+    def run_extents(self, run_ids: list[int]) -> dict[int, tuple[int | None, int | None]]:
+        """run id -> (latest attempt, last step) stored, in one query (None, None for a run without rows)."""
+        rows = self.con.execute("SELECT run_id, max(attempt), max(step) FROM scalars WHERE list_contains(?, run_id) "
+                                "GROUP BY run_id", [list(run_ids)]).fetchall()
+        found = {int(r[0]): (int(r[1]), int(r[2])) for r in rows}
+        return {int(i): found.get(int(i), (None, None)) for i in run_ids}
+
+    def metric_mappings(self, run_ids: list[int]) -> dict[int, dict[str, str]]:
+        """run id -> {original: stored name}, in one query."""
+        out: dict[int, dict[str, str]] = {int(i): {} for i in run_ids}
+        for run_id, original, metric in self.con.execute(
+                "SELECT run_id, original, metric FROM metric_names WHERE list_contains(?, run_id)",
+                [list(run_ids)]).fetchall():
+            out[int(run_id)][original] = metric
+        return out
+
+    def attempt_offset(self, run_id: int, frame: pd.DataFrame, extent: tuple | None = None) -> int:
         """Attempt number for the new source's first attempt: after the run's latest attempt when
-        the new rows repeat any (metric, rank, step) already stored, else joining it."""
-        latest, last_step = _first(self.con.execute(
+        the new rows repeat any (metric, rank, step) already stored, else joining it. ``extent``:
+        the run's (latest attempt, last step) when the caller read it already (``run_extents``)."""
+        latest, last_step = extent if extent is not None else _first(self.con.execute(
             "SELECT max(attempt), max(step) FROM scalars WHERE run_id = ?", [run_id]))
         if latest is None:
             return 0
@@ -608,8 +630,9 @@ class Transaction:
         )
         return source_id
 
-    def add_metric_names(self, run_id: int, mapping: dict[str, str]) -> None:
-        known = self.metric_mapping(run_id)
+    def add_metric_names(self, run_id: int, mapping: dict[str, str], known: dict[str, str] | None = None) -> None:
+        """Record the names not yet recorded (``known``: the run's mapping, when read already)."""
+        known = self.metric_mapping(run_id) if known is None else known
         rows = [(run_id, stored, original) for original, stored in mapping.items() if original not in known]
         if rows:
             table = pa.table({"run_id": pa.array([r[0] for r in rows], pa.int32()),
@@ -659,6 +682,54 @@ class Transaction:
                 "FROM new_scalars", params)
         finally:
             self.con.unregister("new_scalars")
+
+    def add_scalar_parts(self, parts: list[tuple[int, int, pd.DataFrame]]) -> None:
+        """``add_scalars`` of several (run id, source id, frame) in one statement (a watcher's cycle):
+        rows grouped by run and metric, in log order within each."""
+        parts = [(r, s, f) for r, s, f in parts if not f.empty]
+        if not parts:
+            return
+        names = sorted({str(m) for _, _, f in parts for m in f["metric"].astype(str).unique()})
+        index = {m: i for i, m in enumerate(names)}
+        columns: dict[str, list] = {k: [] for k in ("run_id", "code", "step", "value", "attempt", "rank",
+                                                     "wall_time", "source_id")}
+        for run_id, source_id, frame in parts:
+            n = len(frame)
+            columns["run_id"].append(np.full(n, run_id, np.int32))
+            columns["source_id"].append(np.full(n, source_id, np.int32))
+            columns["code"].append(frame["metric"].astype(str).map(index).to_numpy(np.int32))
+            for name, dtype in (("step", np.int64), ("value", np.float64), ("attempt", np.int32),
+                                ("rank", np.int32), ("wall_time", np.float64)):
+                columns[name].append(frame[name].to_numpy(dtype))
+        flat = {k: np.concatenate(v) for k, v in columns.items()}
+        order = np.lexsort((flat["code"], flat["run_id"]))  # stable: log order kept within a series
+        table = {k: pa.array(v[order]) for k, v in flat.items() if k != "code"}
+        table["metric"] = pa.DictionaryArray.from_arrays(pa.array(flat["code"][order]), pa.array(names, pa.string()))
+        self.con.register("new_scalar_parts", pa.table(table))
+        try:
+            self.con.execute("INSERT INTO scalars SELECT run_id, CAST(metric AS VARCHAR), step, value, attempt, rank, "
+                             "wall_time, source_id FROM new_scalar_parts")
+        finally:
+            self.con.unregister("new_scalar_parts")
+
+    def update_watched(self, totals: list[dict], positions: list[dict]) -> None:
+        """Sources' running totals and watched files' positions (rows that exist), two statements."""
+        if totals:
+            columns = ("source_id", "sha256", "rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines", "bytes")
+            self.con.register("source_totals", pa.table({c: [t[c] for t in totals] for c in columns}))
+            try:
+                self.con.execute(f"UPDATE sources SET {', '.join(f'{c} = t.{c}' for c in columns[1:])}, ingested_at = ? "
+                                 "FROM source_totals t WHERE sources.source_id = t.source_id", [_now()])
+            finally:
+                self.con.unregister("source_totals")
+        if positions:
+            columns = ("source_id", "path", "device", "inode", "position", "lines", "index_base")
+            self.con.register("watch_positions", pa.table({c: [p[c] for p in positions] for c in columns}))
+            try:
+                self.con.execute(f"UPDATE watch_files SET {', '.join(f'{c} = p.{c}' for c in columns[1:])}, updated_at = ? "
+                                 "FROM watch_positions p WHERE watch_files.source_id = p.source_id", [_now()])
+            finally:
+                self.con.unregister("watch_positions")
 
     def add_routing(self, run_id: int, source_id: int, frame: pd.DataFrame) -> None:
         if frame.empty:

@@ -231,19 +231,21 @@ def _store_one(tx, parsed: ParsedLog, frame, run_name: str, role: str, proxy_of:
     return summary
 
 
-def rows_to_store(tx, run_id: int, frame):
+def rows_to_store(tx, run_id: int, frame, known: dict[str, str] | None = None, extent: tuple | None = None):
     """(scalars, routing rows, {original: stored name}) of a parsed frame as the run stores them:
     expert loads moved to routing, names mapped, units applied, series derived, and the attempts
-    offset past the run's latest when the rows repeat a stored step (a restart)."""
+    offset past the run's latest when the rows repeat a stored step (a restart). ``known`` (the
+    run's name mapping) and ``extent`` (its latest attempt and last step) spare a query each when
+    the caller read them already."""
     from moeproxy.ingest.derive import apply_units, derive_series, split_routing
 
     frame, routing = split_routing(frame)
     originals = [str(m) for m in frame["metric"].cat.categories]
-    mapping = resolve_names(originals, tx.metric_mapping(run_id))
+    mapping = resolve_names(originals, tx.metric_mapping(run_id) if known is None else known)
     frame = frame.assign(metric=frame["metric"].cat.rename_categories(mapping))
     frame = apply_units(frame, mapping)
     frame, derived = derive_series(frame, routing)
-    offset = tx.attempt_offset(run_id, frame)
+    offset = tx.attempt_offset(run_id, frame, extent)
     if offset:
         frame = frame.assign(attempt=frame["attempt"] + offset)
         routing = routing.assign(attempt=routing["attempt"] + offset)

@@ -39,7 +39,7 @@ import pandas as pd
 
 from moeproxy.contracts import ROLES
 from moeproxy.errors import InputError, StoreBusy
-from moeproxy.ingest import default_run_name, rows_to_store, write_rows
+from moeproxy.ingest import default_run_name, rows_to_store
 from moeproxy.watch.alerts import AlertSink, make_alert
 from moeproxy.watch.follow import Chunk, FollowedFile, FollowError
 
@@ -105,6 +105,7 @@ class Watcher:
         self.saved: dict[int, dict] = {}  # source_id -> stored position (to resume a file seen again)
         self.scratch = _scratch_folder()
         self._said: set[str] = set()
+        self.roled: set[str] = set()  # runs whose role/proxy this session set already
         self.held: list[float] = []  # per cycle: seconds the database file was kept open
         self._started = False
 
@@ -235,7 +236,7 @@ class Watcher:
         named, its file no longer followed, and the others stored without it)."""
         try:
             with self.store.write() as tx:
-                return [(chunk, self._store_chunk(tx, chunk)) for chunk in chunks]
+                return _Batch(self, tx).store(chunks)
         except InputError as exc:
             if len(chunks) == 1:
                 chunks[0].file.failed = str(exc)
@@ -245,40 +246,6 @@ class Watcher:
         for chunk in chunks:
             out += self._store([chunk])
         return out
-
-    def _store_chunk(self, tx, chunk: Chunk) -> dict | None:
-        f, parsed = chunk.file, chunk.parsed
-        has_rows = not parsed.frame.empty
-        if f.source_id is None and not has_rows:
-            return None  # nothing stored yet: the position is kept in memory only
-        run_id = tx.ensure_run(f.run, self.config.role, self.config.proxy_of, parsed.framework, f.format)
-        totals = {"rows": 0, "steps": 0, "metrics": 0, "nonfinite": 0, "attempts": 0, "skipped_lines": 0} | {
-            k: int(v) for k, v in f.totals.items() if v is not None and v == v}
-        frame = None
-        if has_rows:
-            frame, routing, names = rows_to_store(tx, run_id, parsed.frame)
-            values = frame["value"].to_numpy()
-            totals["rows"] += len(frame)
-            totals["steps"] += int(frame["step"].nunique())
-            totals["metrics"] = max(totals["metrics"], int(frame["metric"].nunique()))
-            totals["nonfinite"] += int((~np.isfinite(values)).sum())
-            totals["attempts"] = max(totals["attempts"], int(frame["attempt"].nunique()))
-        totals["skipped_lines"] += parsed.skipped_lines
-        record = totals | {"sha256": chunk.sha256(), "bytes": chunk.end}
-        source_id = f.source_id
-        if source_id is None:
-            source_id = tx.add_source(run_id, record | {
-                "path": str(f.path), "format": f.format, "framework": parsed.framework,
-                "step_from_index": parsed.step_from_index})
-        if has_rows:
-            write_rows(tx, run_id, source_id, frame, routing, names)
-        tx.update_source(source_id, record)
-        position = {"source_id": source_id, "run_id": run_id, "path": str(f.path), "device": f.identity[0],
-                    "inode": f.identity[1], "position": chunk.end, "lines": f.lines + chunk.lines,
-                    "format": f.format, "header": f.header, "index_base": chunk.index_base}
-        tx.save_watch_position(position, new=f.source_id is None)
-        return {"source_id": source_id, "totals": totals, "frame": frame, "position": position | {
-            "run": f.run, "sha256": record["sha256"], **totals}}
 
     def _committed(self, chunk: Chunk, result: dict | None, report: CycleReport) -> None:
         f = chunk.file
@@ -362,6 +329,84 @@ class Watcher:
                     self.sink.emit(alert)
                     report.alerts.append(alert)
         return len(frames)
+
+
+class _Batch:
+    """One cycle's writes in few statements: the runs' ids, name mappings and extents read once,
+    every chunk's rows inserted in one statement, the sources' totals and the files' positions
+    updated in one each (per-chunk statements made the transaction, and the time others wait for
+    the file, grow with the number of runs). A second chunk of one run in a cycle (two files of a
+    run) is checked for repeated steps against the rows of the first, written first."""
+
+    def __init__(self, watcher: Watcher, tx) -> None:
+        self.watcher, self.tx = watcher, tx
+        self.parts: list[tuple[int, int, object]] = []
+        self.totals: list[dict] = []
+        self.positions: list[dict] = []
+
+    def store(self, chunks: list[Chunk]) -> list[tuple[Chunk, dict | None]]:
+        config, tx = self.watcher.config, self.tx
+        wanted = [c for c in chunks if c.file.source_id is not None or not c.parsed.frame.empty]
+        names = sorted({c.file.run for c in wanted})
+        known = tx.run_ids(names) if names else {}
+        for c in wanted:  # new runs, and a role or proxy given on the command line, once per session
+            run = c.file.run
+            if run not in known or (run not in self.watcher.roled and (config.role != "other" or config.proxy_of)):
+                known[run] = tx.ensure_run(run, config.role, config.proxy_of, c.parsed.framework, c.file.format)
+            self.watcher.roled.add(run)
+        ids = sorted(set(known.values()))
+        self.mappings = tx.metric_mappings(ids) if ids else {}
+        self.extents = tx.run_extents(ids) if ids else {}
+        self.pending_runs: set[int] = set()
+        chosen = {id(c) for c in wanted}
+        results = [(c, self._chunk(c, known[c.file.run]) if id(c) in chosen else None) for c in chunks]
+        tx.add_scalar_parts(self.parts)
+        tx.update_watched(self.totals, self.positions)
+        return results
+
+    def _chunk(self, chunk: Chunk, run_id: int) -> dict:
+        tx, f, parsed = self.tx, chunk.file, chunk.parsed
+        totals = {"rows": 0, "steps": 0, "metrics": 0, "nonfinite": 0, "attempts": 0, "skipped_lines": 0} | {
+            k: int(v) for k, v in f.totals.items() if v is not None and v == v}
+        frame = None
+        if not parsed.frame.empty:
+            if run_id in self.pending_runs:  # a second chunk of this run: its first one is written first
+                tx.add_scalar_parts(self.parts)
+                self.parts, self.pending_runs = [], set()
+                self.extents[run_id] = tx.run_extents([run_id])[run_id]
+            frame, routing, names = rows_to_store(tx, run_id, parsed.frame, self.mappings[run_id],
+                                                  self.extents[run_id])
+            tx.add_metric_names(run_id, names, known=self.mappings[run_id])
+            self.mappings[run_id] = self.mappings[run_id] | names
+            values = frame["value"].to_numpy()
+            totals["rows"] += len(frame)
+            totals["steps"] += int(frame["step"].nunique())
+            totals["metrics"] = max(totals["metrics"], int(frame["metric"].nunique()))
+            totals["nonfinite"] += int((~np.isfinite(values)).sum())
+            totals["attempts"] = max(totals["attempts"], int(frame["attempt"].nunique()))
+        totals["skipped_lines"] += parsed.skipped_lines
+        record = totals | {"sha256": chunk.sha256(), "bytes": chunk.end}
+        source_id = f.source_id
+        if source_id is None:
+            source_id = tx.add_source(run_id, record | {
+                "path": str(f.path), "format": f.format, "framework": parsed.framework,
+                "step_from_index": parsed.step_from_index})
+        position = {"source_id": source_id, "run_id": run_id, "path": str(f.path), "device": f.identity[0],
+                    "inode": f.identity[1], "position": chunk.end, "lines": f.lines + chunk.lines,
+                    "format": f.format, "header": f.header, "index_base": chunk.index_base}
+        if frame is not None:
+            self.parts.append((run_id, source_id, frame))
+            self.pending_runs.add(run_id)
+            if not routing.empty:
+                tx.add_routing(run_id, source_id, routing)
+        if f.source_id is None:
+            tx.update_source(source_id, record)
+            tx.save_watch_position(position, new=True)
+        else:
+            self.totals.append(record | {"source_id": source_id})
+            self.positions.append(position)
+        return {"source_id": source_id, "totals": totals, "frame": frame, "position": position | {
+            "run": f.run, "sha256": record["sha256"], **totals}}
 
 
 def _scratch_folder() -> Path:

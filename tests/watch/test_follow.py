@@ -215,10 +215,15 @@ def test_one_watcher_follows_several_run_directories_and_new_files_in_them(tmp_p
     append(a / "metrics.jsonl", jsonl([1, 2]))
     w = make_watcher(tmp_path, a, b)
     w.cycle()
-    append(b / "metrics.jsonl", jsonl([1]))  # a job that starts later
+    append(b / "metrics.jsonl", '{"event": "start"}\n')  # a job that starts later, with no metric yet
     append(a / "metrics.jsonl", jsonl([3]))
     w.cycle()
-    assert [s for m, s, *_ in stored(tmp_path, "run-a") if m == "loss"] == [1, 2, 3]
+    append(b / "metrics.jsonl", jsonl([1]))
+    (a / "rank1.jsonl").write_text(jsonl([3, 4]))  # a second file of run-a: same steps, its own rows
+    append(a / "metrics.jsonl", jsonl([4]))
+    w.cycle()
+    assert [(s, a) for m, s, _, a in stored(tmp_path, "run-a") if m == "loss"] == [(1, 0), (2, 0), (3, 0), (3, 1),
+                                                                                 (4, 0), (4, 1)]
     assert [s for m, s, *_ in stored(tmp_path, "run-b") if m == "loss"] == [1]
     w.close()
 
