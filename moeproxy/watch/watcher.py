@@ -6,10 +6,14 @@ followed file's new complete bytes (``follow.FollowedFile``), store them in one 
 together with each file's new position, diagnose the runs that grew, then record and emit each
 alert whose (verdict, onset) the run has not raised before (``alerts``).
 
-Concurrency: DuckDB lets one process at a time open the database file (a second process's open
-fails on the file lock; ``Store`` retries). So the watcher holds no connection between cycles:
-each transaction opens the file, writes, commits and closes it (tens of milliseconds), and the
-dashboard, ``moeproxy runs`` or ``moeproxy ingest`` open it in between. When another process holds
+Concurrency: DuckDB lets one process at a time open the database file read-write, and while it
+does no other process can open it at all, not even read-only (a second open fails on the file
+lock; ``Store`` retries with back-off). So the watcher holds no connection between cycles: each
+cycle reads and parses the files first, then opens the database once (``Store.held``), writes all
+chunks in one transaction of a few statements, reads the series it will diagnose, and closes it
+(about 0.2 s at 20 runs x 10,000 rows/s; diagnosis and alerts happen with the file closed, their
+findings written in a second short transaction). The dashboard, ``moeproxy runs`` or ``moeproxy
+ingest`` open it in between. When another process holds
 the file for longer than the store's lock timeout the cycle's bytes stay unread, and the next
 cycle tries again: nothing is skipped.
 
