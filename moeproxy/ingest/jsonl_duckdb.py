@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from moeproxy.ingest.source import SourceFile, _RangeReader
+from moeproxy.ingest.source import SourceFile
 
 # smaller files are read by the careful path: starting DuckDB costs more than it saves there
 MIN_BYTES = 4 << 20
@@ -50,8 +50,10 @@ def _identity(path) -> tuple | None:
 
 
 class _Hasher(threading.Thread):
-    """The sha256 of the file's bytes [0, size), and whether they hold a NUL byte, in a thread
-    (hashlib releases the GIL while it hashes)."""
+    """The sha256 of the file's bytes [0, size) and whether they hold a NUL byte, in a thread
+    (hashlib releases the GIL while it hashes); ``nul``, a head that is not the one seen at open
+    (rewritten) or a file that ends early (shrunk) leave the file to the careful path, which names
+    the problem."""
 
     def __init__(self, src: SourceFile) -> None:
         super().__init__(daemon=True)
@@ -62,12 +64,73 @@ class _Hasher(threading.Thread):
     def run(self) -> None:
         try:
             h = hashlib.sha256()
-            with _RangeReader(self.src, 0, self.src.size, h) as raw:  # a NUL byte: the careful path's error
-                while raw.read(8 << 20):
-                    pass
+            left = self.src.size
+            carry, lo = b"", 0  # the bytes kept for the next chunk; where its unchecked positions start
+            with self.src.open_checked() as fh:
+                first = True
+                while left > 0:
+                    chunk = fh.read(min(CHUNK, left))
+                    if not chunk or b"\x00" in chunk or (first and not chunk.startswith(self.src.head[:len(chunk)])):
+                        return
+                    first = False
+                    h.update(chunk)
+                    left -= len(chunk)
+                    data = carry + chunk
+                    hi = len(data) if left <= 0 else max(len(data) - OVERLAP, lo)
+                    if not strict_json(data, lo, hi):
+                        return
+                    keep = max(hi - OVERLAP, 0)  # OVERLAP bytes before the first unchecked position
+                    carry, lo = data[keep:], hi - keep
             self.digest = h.hexdigest()
         except BaseException as exc:  # noqa: BLE001  (reported in the caller's thread)
             self.error = exc
+
+
+# DuckDB's JSON reader accepts what Python's does not: trailing commas (``{"a": 1,}``) and the
+# literals inf / nan in any case. Without lists (a ``[`` anywhere: the careful path), a value
+# follows a ``:`` and starts with one of these bytes (``n`` begins ``null``, ``-`` a number), and a
+# ``}`` follows no ``,``. A key holding such bytes sends its file to the careful path too.
+_VALUE_START = np.zeros(256, dtype=bool)
+_VALUE_START[np.frombuffer(b'0123456789-"ntf{', np.uint8)] = True
+_SPACE = np.zeros(256, dtype=bool)
+_SPACE[np.frombuffer(b" \t\r\n", np.uint8)] = True
+OVERLAP = 64  # bytes read around a checked position, kept from one chunk for the next
+CHUNK = 8 << 20
+
+
+def strict_json(data: bytes, lo: int = 0, hi: int | None = None) -> bool:
+    """Whether JSON text has no list, no trailing comma before a ``}`` and no literal other than
+    null, true, false as a member's value: the ``:`` and ``}`` at positions [lo, hi) are checked,
+    the bytes around them read as far as ``data`` goes (a run of spaces longer than ``OVERLAP``
+    counts as a violation)."""
+    if b"[" in data:
+        return False
+    b = np.frombuffer(data, dtype=np.uint8)
+    hi = len(b) if hi is None else hi
+
+    def skip_space(at: np.ndarray, step: int) -> np.ndarray | None:
+        """The first non-space byte from each ``at + step`` on (None: past the data)."""
+        at = at + step
+        todo = np.arange(len(at))
+        for _ in range(OVERLAP):
+            pos = at[todo]
+            if len(pos) and (pos.min() < 0 or pos.max() >= len(b)):
+                return None
+            todo = todo[_SPACE[b[pos]]]
+            if not len(todo):
+                return at
+            at[todo] += step
+        return None
+
+    value = skip_space(lo + np.flatnonzero(b[lo:hi] == 58), 1)  # the byte that starts each member's value
+    if value is None or not _VALUE_START[b[value]].all():
+        return False
+    for lead, ok in ((110, lambda x: x == 117), (45, lambda x: (x >= 48) & (x <= 57))):  # n -> u; - -> digit
+        after = value[b[value] == lead] + 1
+        if (after >= len(b)).any() or not ok(b[after]).all():
+            return False
+    before = skip_space(lo + np.flatnonzero(b[lo:hi] == 125), -1)  # the byte before each }
+    return before is not None and not (b[before] == 44).any()
 
 
 def read_verl_jsonl(src: SourceFile):
@@ -88,7 +151,7 @@ def read_verl_jsonl(src: SourceFile):
         hasher.join()
     if hasher.error is not None:
         raise hasher.error
-    if columns is None or _identity(src.path) != before:
+    if columns is None or hasher.digest is None or _identity(src.path) != before:
         return None
     src.parsed_end = src.size
     src.set_sha256(hasher.digest, src.size)
@@ -98,6 +161,7 @@ def read_verl_jsonl(src: SourceFile):
 def _query(src: SourceFile):
     import duckdb
     import orjson
+    import pyarrow as pa
 
     con = duckdb.connect()
     try:
@@ -117,7 +181,7 @@ def _query(src: SourceFile):
                           .to_numpy(zero_copy_only=False))
             layout_of.append(np.fromiter((layouts.setdefault(k, len(layouts)) for k in batch.column(2).to_pylist()),
                                          dtype=np.int64, count=batch.num_rows))
-    except duckdb.Error:
+    except (duckdb.Error, pa.ArrowException, OSError):  # a reading error comes through Arrow's reader as OSError
         return None
     finally:
         con.close()

@@ -112,6 +112,10 @@ def test_a_typical_verl_file_takes_the_fast_path_with_nan_restarts_and_names(tmp
     ('{"step": 3, "data": {"a": 1', "cut"),  # no newline at the end: the careful path decides
     ('{"step": 3, "data": {"a": 1, "a": 2}}\n', "a key given twice"),
     ('{"step": 3, "data": {"a": [1, 2]}}\n', "a list"),
+    ('{"step": 3, "data": {"a": 1, }}\n', "a trailing comma (DuckDB reads it, Python's json does not)"),
+    ('{"step": 3, "data": {"a": 1}, "x": [1,\t]}\n', "a trailing comma outside data"),
+    ('{"step": 3, "data": {"a": -inf}}\n', "an inf literal"),
+    ('{"step": 3, "data": {"a": nan}}\n', "a nan literal"),
     ('{"step": 3, "data": {"a": 1}}\nsome prose\n', "prose"),
     ('{"step": 3.5, "data": {"a": 1}}\n', "fractional step"),
     ('{"step": 3, "data": {"a": "12%"}}\n', "text value"),
@@ -122,12 +126,13 @@ def test_what_duckdb_reads_otherwise_goes_to_the_careful_path(tmp_path, any_size
     assert jsonl_duckdb.read_verl_jsonl(open_source(path)) is None, why
 
 
-numbers = st.one_of(st.floats(allow_nan=False), st.none(), st.integers(-2**70, 2**70), st.booleans(),
+numbers = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.none(), st.integers(-2**70, 2**70), st.booleans(),
                     st.sampled_from(["1.5", "nan", "-inf", "1e5"]))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(-3, 40), st.dictionaries(keys, numbers, min_size=1, max_size=6)),
+@given(st.lists(st.tuples(st.integers(-3, 40), st.dictionaries(st.sampled_from(["actor/grad_norm", "a b", "x@1", "é"]),
+                                                                numbers, min_size=1, max_size=6)),
                 min_size=1, max_size=40))
 def test_numbers_nulls_and_restarts_take_the_fast_path_and_agree(tmp_path, any_size, recs):
     path = tmp_path / "run.jsonl"
@@ -151,3 +156,38 @@ def test_a_file_that_grows_while_duckdb_reads_it_goes_to_the_careful_path(tmp_pa
     parsed = parse_file(path)
     assert parsed.frame["step"].max() == 49  # the size seen at open, as the careful path reads it
     assert parsed.sha256 == hashlib.sha256(path.read_bytes()[: parsed.bytes_parsed]).hexdigest()
+
+
+def test_a_nul_byte_leaves_the_file_to_the_careful_path_which_names_it(tmp_path, any_size):
+    path = tmp_path / "run.jsonl"
+    lines = [json.dumps({"step": s, "data": {"a": s}}) for s in range(1, 4000)]  # past the 64 KiB head
+    lines[3000] = lines[3000].replace('"a"', '"a\x00"')
+    path.write_text("\n".join(lines) + "\n")
+    assert jsonl_duckdb.read_verl_jsonl(open_source(path)) is None
+    with pytest.raises(InputError, match=r"line 3001: NUL byte"):
+        parse_file(path)
+
+
+def test_a_malformed_line_after_the_first_batch_is_named_by_the_careful_path(tmp_path, any_size):
+    path = tmp_path / "run.jsonl"
+    lines = [json.dumps({"step": s, "data": {"a": s}}) for s in range(1, 70001)]
+    lines[68999] = '{"step": 69000, "data": {"a": 1,}}'
+    path.write_text("\n".join(lines) + "\n")
+    assert jsonl_duckdb.read_verl_jsonl(open_source(path)) is None
+    with pytest.raises(InputError, match=r"line 69000: malformed JSON"):
+        parse_file(path)
+
+
+@pytest.mark.parametrize("chunk", [3, 64, 100, 1 << 20])
+def test_the_strict_json_check_holds_across_chunk_boundaries(tmp_path, any_size, monkeypatch, chunk):
+    monkeypatch.setattr(jsonl_duckdb, "CHUNK", chunk)
+    lines = [json.dumps({"step": s, "data": {"a": s, "b": None, "c": -s}}) for s in range(1, 300)]
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines) + "\n")
+    assert jsonl_duckdb.read_verl_jsonl(open_source(good)) is not None
+    for at in (0, 1, 150, 298):
+        for bad_line in ('{"step": 1, "data": {"a": 1, }}', '{"step": 1, "data": {"a":   nan}}',
+                         '{"step": 1, "data": {"a": -Infinity}}'):
+            bad = tmp_path / "bad.jsonl"
+            bad.write_text("\n".join(lines[:at] + [bad_line] + lines[at + 1:]) + "\n")
+            assert jsonl_duckdb.read_verl_jsonl(open_source(bad)) is None, (at, bad_line)
