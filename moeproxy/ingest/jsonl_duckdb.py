@@ -7,14 +7,15 @@ reads them whole and correctly rounded, ``1e400`` as inf as ``float()`` does). L
 file order; each distinct key list is decoded once, so no metric name crosses into Python per
 value. The sha256 (and the check for NUL bytes) runs over the same bytes in a thread meanwhile.
 
-DuckDB is strict where the careful path decides case by case, so this path only claims files it
-reads exactly as the careful path (``jsonl.parse_verl_jsonl`` line by line) would, and returns
-None for everything else, which the careful path then reads or rejects with its own line-numbered
-message: a line DuckDB cannot read (not JSON, not an object, a value that is text DuckDB cannot
-cast, a list or an object, a key given twice, invalid UTF-8, a line over 16 MiB), a step that is
-not an integer of 64 bits or a record without ``data``, a file that does not end with a newline (its
-last line may be cut), and a file that changed while it was read (DuckDB reads the path, so the
-file's size, inode and modification time are compared before and after).
+DuckDB and the careful path (``jsonl.parse_verl_jsonl_line_by_line``) differ at the edges, so this
+path only claims files it reads exactly as the careful path would, and returns None for everything
+else, which the careful path then reads or rejects with its own line-numbered message: a line
+DuckDB cannot read (not JSON, not an object, a value that is text DuckDB cannot cast, a list or an
+object, a key given twice, invalid UTF-8, a line over 16 MiB), what DuckDB reads but Python's json
+refuses (a trailing comma, ``inf``/``nan`` literals: ``strict_json``), a step that is not an
+integer of 64 bits or a record without ``data``, a NUL byte, a file that does not end with a
+newline (its last line may be cut), and a file that changed while it was read (DuckDB reads the
+path, so the file's size, inode and modification time are compared before and after).
 """
 
 from __future__ import annotations
