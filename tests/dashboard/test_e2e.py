@@ -12,97 +12,42 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from dashboard_server import REPO, app_env, browser_page, dashboard_server, sync_api, wait_for_app
 
 from moeproxy.demo import DEMO_DIR, demo_runs
 from moeproxy.diagnose import CATEGORIES
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-if CHROMIUM is None:
-    pytest.skip("chromium not found; install the Debian package chromium (make chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
-sync_api.expect.set_options(timeout=60_000)  # a loaded 2-core machine reruns slowly
-
-
 SERVER: dict = {}  # what the server fixture started: its database
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
-    env = dict(os.environ)
+    extra = {}
     if DEMO_DIR.is_dir() and demo_runs(DEMO_DIR):  # the bundled demo (a copy: it may be regenerated meanwhile)
-        env["MOEPROXY_DEMO_DIR"] = str(shutil.copytree(DEMO_DIR, tmp / "demo", ignore=shutil.ignore_patterns(".*")))
+        extra["MOEPROXY_DEMO_DIR"] = str(shutil.copytree(DEMO_DIR, tmp / "demo", ignore=shutil.ignore_patterns(".*")))
     else:  # synthetic demo logs
         from synthetic_runs import write_demo_dir
 
-        env["MOEPROXY_DEMO_DIR"] = str(write_demo_dir(tmp / "demo"))
-    env["MOEPROXY_JOBS"] = str(tmp / "jobs")
-    # The app must import this checkout's code, whatever is installed.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["MOEPROXY_ALLOWED_ROOTS"] = f"{tmp}{os.pathsep}{REPO / 'data'}"
+        extra["MOEPROXY_DEMO_DIR"] = str(write_demo_dir(tmp / "demo"))
+    extra["MOEPROXY_JOBS"] = str(tmp / "jobs")
+    extra["MOEPROXY_ALLOWED_ROOTS"] = f"{tmp}{os.pathsep}{REPO / 'data'}"
     SERVER["db"] = tmp / "runs.duckdb"
-    port = _free_port()
-    log_path = tmp / "server.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "moeproxy", "dashboard", "--db", str(tmp / "runs.duckdb"),
-                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"dashboard did not start:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.5)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with dashboard_server(SERVER["db"], tmp, app_env(**extra)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def page(server):
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        context = browser.new_context(viewport={"width": 1400, "height": 1900})
-        page = context.new_page()
-        page.set_default_timeout(120_000)
+    with browser_page() as page:
         yield page
-        browser.close()
-
-
-def wait_for_app(page, timeout_ms: int = 120_000) -> None:
-    """Streamlit's own readiness signal: connected, script not running, no skeletons left."""
-    page.wait_for_timeout(300)
-    page.locator("[data-testid='stApp'][data-test-connection-state='CONNECTED']").wait_for(
-        state="attached", timeout=timeout_ms)
-    page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
-        state="attached", timeout=timeout_ms)
-    sync_api.expect(page.get_by_test_id("stSkeleton")).to_have_count(0, timeout=timeout_ms)
 
 
 def shoot(page, name: str) -> None:
@@ -222,8 +167,6 @@ def test_hostile_run_names_fetch_nothing(page, server, tmp_path):
 def test_a_watched_run_grows_on_triage_without_a_reload(page, server, tmp_path):
     """A run that `moeproxy watch` follows shows as live on Triage; its chart and 'Last step' grow
     while the page stays open (a fragment re-reads the new steps), drawn over the healthy runs' band."""
-    import json
-
     from synthetic_runs import write_run_log
 
     from moeproxy.diagnose.record import diagnose_and_record
@@ -240,9 +183,8 @@ def test_a_watched_run_grows_on_triage_without_a_reload(page, server, tmp_path):
     log = tmp_path / "growing" / "train.jsonl"
     log.parent.mkdir()
     log.write_text("\n".join(records[:60]) + "\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     watcher = subprocess.Popen([sys.executable, "-m", "moeproxy", "watch", str(log), "--run", "live-run",
-                                "--db", str(SERVER["db"]), "--interval", "0.5"], env=env,
+                                "--db", str(SERVER["db"]), "--interval", "0.5"], env=app_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
