@@ -268,12 +268,12 @@ class FollowedFile:
 def complete_records(data: bytes, path: Path, offset: int) -> int:
     """How many leading bytes of ``data`` are whole TensorBoard records (``length (8) | crc (4) |
     payload | crc (4)``); a length whose checksum is wrong is a FollowError naming its offset."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+    from moeproxy.ingest.crc32c import crc32c, masked  # the ingest reader's own (no tensorboard needed)
 
     at = 0
     while at + 12 <= len(data):
         length, length_crc = struct.unpack_from("<QI", data, at)
-        if masked_crc32c(data[at:at + 8]) != length_crc:
+        if int(masked(crc32c(data[at:at + 8]))) != length_crc:
             raise FollowError(f"{path}: record at offset {offset + at}: corrupt (length checksum mismatch)")
         if at + 12 + length + 4 > len(data):
             break
