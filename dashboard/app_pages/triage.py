@@ -48,6 +48,7 @@ if live:
     c3.markdown(f":green-badge[:material/sensors: live] a watcher is adding steps to this run; the chart "
                 f"and findings refresh every {REFRESH_SECONDS:g} s")
 BAND_BINS = 50
+MIN_BAND_RUNS = 3  # runs a bin needs before its band is drawn
 healthy = tuple(table.loc[(table["verdict"] == "healthy") & (table["run"] != run), "run"])
 
 
@@ -69,6 +70,9 @@ def run_view() -> None:
         if band_by == "step":  # the band over this run's steps so far, not the healthy runs' whole length
             bands = {m: b[(b["position"] >= span[0] - width) & (b["position"] <= span[1] + width)]
                      for m, b in bands.items()}
+        # a 5-95 % band of one or two runs is those runs' lines, not what is normal
+        bands = {m: b[b["runs"] >= MIN_BAND_RUNS] for m, b in bands.items()}
+        bands = {m: b for m, b in bands.items() if not b.empty}
     fig = triage_figure(series, panels, findings, smoothing=smoothing or None,
                         title=f"{run} — {', '.join(panels)}", bands=bands,
                         span=span if band_by == "fraction" else None)
@@ -84,7 +88,14 @@ def run_view() -> None:
     if span:
         shown = f"steps {zoom[0]:,} - {zoom[1]:,} of {span[0]:,} - {span[1]:,}" if zoom else \
             f"steps {span[0]:,} - {span[1]:,}"
-        st.caption(f"Last step {span[1]:,} · {shown}" + (f" · healthy band from {len(healthy)} run(s)" if bands else ""))
+        if bands:
+            band_note = f" · healthy band from {max(int(b['runs'].max()) for b in bands.values())} runs"
+        elif show_band:
+            band_note = (f" · no healthy band: it needs {MIN_BAND_RUNS} healthy runs with these metrics "
+                         f"(this store has {len(healthy)} other healthy run(s))")
+        else:
+            band_note = ""
+        st.caption(f"Last step {span[1]:,} · {shown}{band_note}")
 
     nonfinite = series[series["kind"] != "finite"]
     if not nonfinite.empty:
