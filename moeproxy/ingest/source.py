@@ -38,6 +38,7 @@ HEAD_BYTES = 64 * 1024
 # first metrics line: TRL/HF Trainer console captures) is sniffed on its first lines that are not
 # bars, read up to this far
 PROGRESS_HEAD_BYTES = 2 * 1024 * 1024
+HEAD_LINES = 400  # lines a sniffer sees at most
 # a bar and its times only (``  1%|▏   | 24/1875 [30:24<35:17:45, 68.65s/it]``): a bar that carries
 # metrics (``..., loss=2.3]``) is a record, not a redraw
 PROGRESS_ONLY = re.compile(r"^[^|]{0,60}\|[^|]{0,80}\|\s*\d+/\d+\s*"
@@ -67,6 +68,7 @@ class SourceFile:
     _tail_bytes: bytes = b""
     _tail_decided: tuple | None = None
     _sha_end: int = -1  # the end of the bytes ``_sha256`` covers
+    _sniff_lines: list[str] | None = None  # head_lines' list, made once for every sniffer
 
     # -- the snapshot ----------------------------------------------------------------------
     def open_checked(self):
@@ -126,20 +128,23 @@ class SourceFile:
             text = text[: text.rfind("\n") + 1]
         return text
 
-    def head_lines(self, limit: int = 400) -> list[str]:
-        """The head's first ``limit`` lines that are not progress-bar redraws; when bars fill most
-        of the head, read further (up to ``PROGRESS_HEAD_BYTES``) for the lines after them."""
-        lines = self.head_text.splitlines()
-        kept = [line for line in lines if not PROGRESS_ONLY.match(line)]
-        if (len(kept) < limit and 2 * len(kept) < len(lines) and self.size > len(self.head)
-                and self.encoding is not None):
-            with self.open_checked() as fh:
-                data = fh.read(min(self.size, PROGRESS_HEAD_BYTES))
-            text = data.decode(self.encoding, errors="replace")
-            if len(data) < self.size and "\n" in text:
-                text = text[: text.rfind("\n") + 1]
-            kept = [line for line in text.splitlines() if not PROGRESS_ONLY.match(line)]
-        return kept[:limit]
+    def head_lines(self, limit: int = HEAD_LINES) -> list[str]:
+        """The head's first ``limit`` lines (at most ``HEAD_LINES``) that are not progress-bar
+        redraws; when bars fill most of the head, read further (up to ``PROGRESS_HEAD_BYTES``) for
+        the lines after them. Made once per file: every sniffer asks."""
+        if self._sniff_lines is None:
+            lines = self.head_text.splitlines()
+            kept = [line for line in lines if not PROGRESS_ONLY.match(line)]
+            if (len(kept) < HEAD_LINES and 2 * len(kept) < len(lines) and self.size > len(self.head)
+                    and self.encoding is not None):
+                with self.open_checked() as fh:
+                    data = fh.read(min(self.size, PROGRESS_HEAD_BYTES))
+                text = data.decode(self.encoding, errors="replace")
+                if len(data) < self.size and "\n" in text:
+                    text = text[: text.rfind("\n") + 1]
+                kept = [line for line in text.splitlines() if not PROGRESS_ONLY.match(line)]
+            self._sniff_lines = kept[:HEAD_LINES]
+        return self._sniff_lines[:limit]
 
     # -- reading -----------------------------------------------------------------------------
     def lines(self) -> Iterator[tuple[int, str]]:
