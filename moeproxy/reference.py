@@ -76,13 +76,11 @@ def reference_set(store, metric: str, exclude: str | None = None, by: str = "fra
     parts = []
     with store.held():
         for run in healthy_runs(store, exclude):
-            frame = store.run_frame(run)
-            if frame.empty:
-                continue
-            span = (int(frame["step"].min()), int(frame["step"].max()))
-            series = frame[(frame["metric"] == metric) & np.isfinite(frame["value"])]
+            series = store.run_frame(run, [metric])  # this metric only, not the whole run
+            series = series[np.isfinite(series["value"])]
             if series.empty:
                 continue
+            span = store.step_span(run) if by == "fraction" else None  # the whole run's steps
             parts.append(_binned(series, by, bins, span).assign(run=run))
     values = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["bin", "position", "value", "run"])
     return ReferenceSet(metric, by, bins, values)

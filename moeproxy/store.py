@@ -355,6 +355,13 @@ class Store:
                 f"SELECT step, metric, value FROM ({series_sql(rows)}) WHERE latest ORDER BY metric, step", params,
             ).df().astype({"step": "int64", "metric": str, "value": "float64"})
 
+    def step_span(self, run: str) -> tuple[int, int] | None:
+        """(first, last) step the run logged any metric at; None for a run without rows."""
+        with self.read() as con:
+            lo, hi = con.execute("SELECT min(step), max(step) FROM scalars WHERE run_id = ?",
+                                 [self._run_id(con, run)]).fetchone()
+        return None if lo is None else (int(lo), int(hi))
+
     def series(self, run: str, metric: str, attempts: str = "latest") -> pd.DataFrame:
         """One metric's stored rows with their attempt and rank columns (``attempts='latest'``: the
         rows of the latest attempt at each step, as ``series_sql`` reads them; ``'all'``: every restart)."""
