@@ -3,6 +3,8 @@ per-layer routing entropy, NaN/inf markers, finding onsets, smoothing, box-selec
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from dashboard import queries
@@ -63,8 +65,9 @@ def run_view() -> None:
     span = queries.step_range(db, now, run, tuple(panels))
     bands = None
     if show_band and healthy and span:
-        # by step: about 100 bins over this run's range so far (a fixed width: refreshes reuse it)
-        width = 1 if band_by == "fraction" else max(1, 10 ** max(0, len(str(max(1, span[1] // 100))) - 1))
+        # by step: bins a power of ten wide, at most 1,000 of them over this run's steps so far (a
+        # width that changes only tenfold, so a live run's refreshes reuse the cached band)
+        width = 10 ** int(math.log10(max(1, span[1] // 100)))
         bands = queries.reference_bands(db, healthy, run, tuple(panels), band_by,
                                         BAND_BINS if band_by == "fraction" else width)
         if band_by == "step":  # the band over this run's steps so far, not the healthy runs' whole length
