@@ -37,11 +37,14 @@ from typing import Iterator
 
 import duckdb
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from moeproxy.contracts import GLOBAL_RANK, ROLES  # noqa: F401  (ROLES re-exported)
 from moeproxy.errors import InputError, NotFound, StoreBusy
+from moeproxy.columns import Columns, arrow_array, arrow_strings, as_columns
+from moeproxy.lazy import LazyModule
+
+pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no pandas
 
 SCHEMA_VERSION = 3  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), sources.bytes (bytes parsed);
 # 3: watch_files (how far `moeproxy watch` read each file, committed with its rows) and alerts
@@ -500,12 +503,9 @@ class Store:
             ).df()
 
 
-def _metric_array(metric: pd.Series) -> pa.Array:
-    """A metric-name column as an Arrow array: dictionary-encoded when it is categorical."""
-    if isinstance(metric.dtype, pd.CategoricalDtype):
-        return pa.DictionaryArray.from_arrays(
-            pa.array(metric.cat.codes.to_numpy(np.int32)), pa.array(list(metric.cat.categories), pa.string()))
-    return pa.array(metric.astype(str).to_numpy())
+def _metric_array(rows: Columns) -> pa.Array:
+    """The metric-name column of rows as a dictionary-encoded Arrow array."""
+    return pa.DictionaryArray.from_arrays(arrow_array(rows.code), arrow_strings(rows.names))
 
 
 class Transaction:
@@ -568,23 +568,21 @@ class Transaction:
             out[int(run_id)][original] = metric
         return out
 
-    def attempt_offset(self, run_id: int, frame: pd.DataFrame, extent: tuple | None = None) -> int:
+    def attempt_offset(self, run_id: int, rows, extent: tuple | None = None) -> int:
         """Attempt number for the new source's first attempt: after the run's latest attempt when
-        the new rows repeat any (metric, rank, step) already stored, else joining it. ``extent``:
-        the run's (latest attempt, last step) when the caller read it already (``run_extents``)."""
+        the new rows (Columns or a long DataFrame) repeat any (metric, rank, step) already stored,
+        else joining it. ``extent``: the run's (latest attempt, last step) when the caller read it
+        already (``run_extents``)."""
+        rows = as_columns(rows)
         latest, last_step = extent if extent is not None else _first(self.con.execute(
             "SELECT max(attempt), max(step) FROM scalars WHERE run_id = ?", [run_id]))
-        if latest is None:
-            return 0
-        if int(latest) + 1 + int(frame["attempt"].max()) > ATTEMPT_MAX:
+        if latest is None or rows.empty:
+            return 0 if latest is None else int(latest)
+        if int(latest) + 1 + int(rows.attempt.max()) > ATTEMPT_MAX:
             raise InputError(f"run already holds {int(latest) + 1:,} attempts (restarts); more do not fit the store")
-        if int(frame["step"].min()) > int(last_step):  # only new steps (a log that grew): no repeat
+        if int(rows.step.min()) > int(last_step):  # only new steps (a log that grew): no repeat
             return int(latest)
-        keys = pa.table({
-            "metric": _metric_array(frame["metric"]),
-            "rank": pa.array(frame["rank"].to_numpy()),
-            "step": pa.array(frame["step"].to_numpy()),
-        })
+        keys = pa.table({"metric": _metric_array(rows), "rank": arrow_array(rows.rank), "step": arrow_array(rows.step)})
         self.con.register("new_keys", keys)
         try:
             overlap = _first(self.con.execute(
@@ -642,82 +640,66 @@ class Transaction:
         known = self.metric_mapping(run_id) if known is None else known
         rows = [(run_id, stored, original) for original, stored in mapping.items() if original not in known]
         if rows:
-            table = pa.table({"run_id": pa.array([r[0] for r in rows], pa.int32()),
-                              "metric": [r[1] for r in rows], "original": [r[2] for r in rows]})
+            table = pa.table({"run_id": arrow_array(np.asarray([r[0] for r in rows], np.int32)),
+                              "metric": arrow_strings([r[1] for r in rows]),
+                              "original": arrow_strings([r[2] for r in rows])})
             self.con.register("new_names", table)
             self.con.execute("INSERT INTO metric_names SELECT run_id, metric, original FROM new_names")
             self.con.unregister("new_names")
 
-    def add_scalars(self, run_id: int, source_id: int, frame: pd.DataFrame) -> None:
-        """Bulk insert through Arrow (keeps NaN as NaN), grouped by metric for fast reads."""
-        if frame.empty:
+    def add_scalars(self, run_id: int, source_id: int, rows) -> None:
+        """Bulk insert of rows (Columns or a long DataFrame) through Arrow (keeps NaN as NaN),
+        grouped by metric for fast reads."""
+        self.add_scalar_parts([(run_id, source_id, rows)])
+
+    def add_scalar_parts(self, parts: list[tuple[int, int, object]]) -> None:
+        """Rows of several (run id, source id, rows) in one statement (a watcher's cycle), grouped by
+        run and metric and in log order within each, so that DuckDB's zone maps skip row groups when
+        one series is read. A column with one value throughout (one attempt, global rank, no wall
+        times: the usual case) goes in as a constant instead of being reordered and copied."""
+        parts = [(r, s, as_columns(rows)) for r, s, rows in parts if len(rows)]
+        if not parts:
             return
-        metric = frame["metric"]
-        if not isinstance(metric.dtype, pd.CategoricalDtype):
-            metric = metric.astype(str).astype("category")
-        # each metric's rows contiguous, in log order (steps ascending within an attempt), so that
-        # DuckDB's zone maps skip row groups when one series is read
-        codes = metric.cat.codes.to_numpy(np.int32)
-        # (a stable sort of 16-bit keys is a radix sort in numpy: 2-3x faster than on 32-bit ones)
-        keys = codes.astype(np.int16) if len(metric.cat.categories) < 2**15 else codes
-        order = np.argsort(keys, kind="stable")
-        columns = {
-            "metric": pa.DictionaryArray.from_arrays(
-                pa.array(codes[order]), pa.array(list(metric.cat.categories), pa.string())),
-            "step": pa.array(frame["step"].to_numpy(np.int64)[order]),
-            "value": pa.array(frame["value"].to_numpy(np.float64)[order]),
-        }
-        # a column with one value throughout (one attempt, global rank, no wall times: the usual
-        # case) goes in as a constant instead of being reordered and copied row by row
-        select = {"run_id": "$run_id", "source_id": "$source_id"}
-        params = {"run_id": run_id, "source_id": source_id}
-        for name, dtype, sql_type in (("attempt", np.int32, "INTEGER"), ("rank", np.int32, "INTEGER"),
-                                      ("wall_time", np.float64, "DOUBLE")):
-            values = frame[name].to_numpy(dtype)
-            first = values[0]
-            if bool(np.all(values == first)) or (first != first and bool(np.all(values != values))):
-                select[name] = f"CAST(${name} AS {sql_type})"
-                params[name] = "nan" if first != first else first.item()
+        names = sorted({n for _, _, rows in parts for n in rows.names})
+        index = {m: i for i, m in enumerate(names)}
+        codes, columns = [], {}
+        for _, _, rows in parts:
+            recode = np.asarray([index[n] for n in rows.names], np.int32)
+            codes.append(recode[rows.code] if not np.array_equal(recode, np.arange(len(recode))) else rows.code)
+        code = np.concatenate(codes) if len(codes) > 1 else codes[0]
+        single_run = len({r for r, _, _ in parts}) == 1
+        order = _grouped_order(code, None if single_run else
+                               np.concatenate([np.full(len(rows), r, np.int32) for r, _, rows in parts]))
+        select, params = {}, {}
+        for name, ids in (("run_id", [r for r, _, _ in parts]), ("source_id", [s for _, s, _ in parts])):
+            if len(set(ids)) == 1:  # one run, one source: a constant, no column
+                select[name], params[name] = f"CAST(${name} AS INTEGER)", ids[0]
             else:
-                columns[name] = pa.array(values[order])
+                columns[name] = arrow_array(order(np.concatenate([np.full(len(p[2]), i, np.int32)
+                                                                  for i, p in zip(ids, parts)])))
                 select[name] = name
+        for name, per_part, sql_type in (("step", [p[2].step for p in parts], "BIGINT"),
+                                         ("value", [p[2].value for p in parts], "DOUBLE"),
+                                         ("attempt", [p[2].attempt for p in parts], "INTEGER"),
+                                         ("rank", [p[2].rank for p in parts], "INTEGER"),
+                                         ("wall_time", [p[2].wall_time for p in parts], "DOUBLE")):
+            values = np.concatenate(per_part) if len(per_part) > 1 else per_part[0]
+            constant = _constant(values) if name not in ("step", "value") else None  # (attempt, rank, wall time)
+            if constant is not None:
+                select[name] = f"CAST(${name} AS {sql_type})"
+                params[name] = constant
+            else:
+                columns[name] = arrow_array(order(values))
+                select[name] = name
+        columns["metric"] = pa.DictionaryArray.from_arrays(arrow_array(order(code)), arrow_strings(names))
         self.con.register("new_scalars", pa.table(columns))
         try:
             self.con.execute(
-                f"INSERT INTO scalars SELECT {select['run_id']}, CAST(metric AS VARCHAR), step, value, "
-                f"{select['attempt']}, {select['rank']}, {select['wall_time']}, {select['source_id']} "
+                f"INSERT INTO scalars SELECT {select['run_id']}, CAST(metric AS VARCHAR), {select['step']}, "
+                f"{select['value']}, {select['attempt']}, {select['rank']}, {select['wall_time']}, {select['source_id']} "
                 "FROM new_scalars", params)
         finally:
             self.con.unregister("new_scalars")
-
-    def add_scalar_parts(self, parts: list[tuple[int, int, pd.DataFrame]]) -> None:
-        """``add_scalars`` of several (run id, source id, frame) in one statement (a watcher's cycle):
-        rows grouped by run and metric, in log order within each."""
-        parts = [(r, s, f) for r, s, f in parts if not f.empty]
-        if not parts:
-            return
-        names = sorted({str(m) for _, _, f in parts for m in f["metric"].astype(str).unique()})
-        index = {m: i for i, m in enumerate(names)}
-        columns: dict[str, list] = {k: [] for k in ("run_id", "code", "step", "value", "attempt", "rank",
-                                                     "wall_time", "source_id")}
-        for run_id, source_id, frame in parts:
-            n = len(frame)
-            columns["run_id"].append(np.full(n, run_id, np.int32))
-            columns["source_id"].append(np.full(n, source_id, np.int32))
-            columns["code"].append(frame["metric"].astype(str).map(index).to_numpy(np.int32))
-            for name, dtype in (("step", np.int64), ("value", np.float64), ("attempt", np.int32),
-                                ("rank", np.int32), ("wall_time", np.float64)):
-                columns[name].append(frame[name].to_numpy(dtype))
-        flat = {k: np.concatenate(v) for k, v in columns.items()}
-        order = np.lexsort((flat["code"], flat["run_id"]))  # stable: log order kept within a series
-        table = {k: pa.array(v[order]) for k, v in flat.items() if k != "code"}
-        table["metric"] = pa.DictionaryArray.from_arrays(pa.array(flat["code"][order]), pa.array(names, pa.string()))
-        self.con.register("new_scalar_parts", pa.table(table))
-        try:
-            self.con.execute("INSERT INTO scalars SELECT run_id, CAST(metric AS VARCHAR), step, value, attempt, rank, "
-                             "wall_time, source_id FROM new_scalar_parts")
-        finally:
-            self.con.unregister("new_scalar_parts")
 
     def update_watched(self, totals: list[dict], positions: list[dict]) -> None:
         """Sources' running totals and watched files' positions (rows that exist), two statements."""
@@ -738,8 +720,8 @@ class Transaction:
             finally:
                 self.con.unregister("watch_positions")
 
-    def add_routing(self, run_id: int, source_id: int, frame: pd.DataFrame) -> None:
-        if frame.empty:
+    def add_routing(self, run_id: int, source_id: int, frame: pd.DataFrame | None) -> None:
+        if frame is None or frame.empty:
             return
         n = len(frame)
         table = pa.table({
@@ -756,3 +738,32 @@ class Transaction:
             self.con.execute("INSERT INTO routing SELECT * FROM new_routing")
         finally:
             self.con.unregister("new_routing")
+
+
+def _constant(values: np.ndarray):
+    """The one value a column holds throughout (NaN as the text 'nan', which DuckDB casts), or None."""
+    first = values[0]
+    if first != first:
+        return "nan" if bool(np.all(values != values)) else None
+    return first.item() if bool(np.all(values == first)) else None
+
+
+def _grouped_order(code: np.ndarray, run_id: np.ndarray | None):
+    """A function putting a column in (run, metric) order, log order kept within each: the
+    identity when the rows are grouped already; a transpose when they come as records of one
+    repeated layout (each record the same metrics in the same order: Megatron's and verl's lines);
+    else a stable sort."""
+    n = len(code)
+    if run_id is None:
+        if n < 2 or bool(np.all(code[1:] >= code[:-1])):
+            return lambda column: column
+        k = int(np.argmax(code[1:] == code[0])) + 1 if bool((code[1:] == code[0]).any()) else n
+        layout = code[:k]
+        if k > 1 and n % k == 0 and len(np.unique(layout)) == k and bool(np.all(code.reshape(-1, k) == layout)):
+            by_code = np.argsort(layout)
+            return lambda column: np.ascontiguousarray(column.reshape(-1, k).T[by_code]).reshape(-1)
+        keys = code.astype(np.int16) if int(code.max()) < 2**15 else code  # numpy sorts 16-bit keys by radix
+        order = np.argsort(keys, kind="stable")
+    else:
+        order = np.lexsort((code, run_id))
+    return lambda column: column[order]

@@ -9,13 +9,13 @@ whose sha256 is already stored is reported as a duplicate and adds nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-import numpy as np
 
 from moeproxy.errors import InputError
+from moeproxy.columns import Columns, as_columns
 from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.names import resolve_names
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
@@ -100,7 +100,7 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False) -
         if "integer string conversion" in str(exc):  # a counter of more than 4,300 digits
             raise InputError(f"{src.path}: a number of more than 4,300 digits; not a training log value") from None
         raise
-    if parsed.frame.empty and not allow_empty:
+    if len(parsed.rows) == 0 and not allow_empty:
         raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
     parsed.sha256 = src.checked_sha256()  # exactly the bytes parsed, however the parser read them
     parsed.bytes_parsed = src.end
@@ -148,22 +148,20 @@ def default_run_name(path: Path, given: Path) -> str:
     return stem
 
 
-def arms_of(parsed: ParsedLog, run: str) -> list[tuple[str, "pd.DataFrame"]]:
-    """(run name, frame) for each run a file holds: one, or one per arm of a comparison table
+def arms_of(parsed: ParsedLog, run: str) -> list[tuple[str, "Columns | pd.DataFrame"]]:
+    """(run name, rows) for each run a file holds: one, or one per arm of a comparison table
     (named ``RUN-ARM``)."""
     if not parsed.arms:
-        return [(run, parsed.frame)]
+        return [(run, parsed.rows)]
     return [(f"{run}-{arm}", frame) for arm, frame in parsed.arms.items()]
 
 
-def _summary(parsed: ParsedLog, run: str, frame=None) -> IngestSummary:
-    frame = parsed.frame if frame is None else frame
-    values = frame["value"].to_numpy()
+def _summary(parsed: ParsedLog, run: str, rows=None) -> IngestSummary:
+    counts = as_columns(parsed.rows if rows is None else rows).counts()
     return IngestSummary(
         run=run, path=str(parsed.path), format=parsed.format, framework=parsed.framework,
-        steps=int(frame["step"].nunique()), metrics=int(frame["metric"].nunique()), rows=len(frame),
-        nonfinite=int((~np.isfinite(values)).sum()), attempts=int(frame["attempt"].nunique()),
-        skipped_lines=parsed.skipped_lines, step_from_index=parsed.step_from_index,
+        steps=counts["steps"], metrics=counts["metrics"], rows=counts["rows"], nonfinite=counts["nonfinite"],
+        attempts=counts["attempts"], skipped_lines=parsed.skipped_lines, step_from_index=parsed.step_from_index,
         bytes=parsed.bytes_parsed, warnings=[f"{parsed.path}: {w}" for w in parsed.warnings],
     )
 
@@ -220,39 +218,38 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
     return summaries
 
 
-def _store_one(tx, parsed: ParsedLog, frame, run_name: str, role: str, proxy_of: str | None,
+def _store_one(tx, parsed: ParsedLog, rows, run_name: str, role: str, proxy_of: str | None,
                summary: IngestSummary) -> IngestSummary:
-    """Write one run's frame (names mapped, units applied, series derived, attempts offset)."""
+    """Write one run's rows (names mapped, units applied, series derived, attempts offset)."""
     run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
-    frame, routing, names = rows_to_store(tx, run_id, frame)
+    rows, routing, names = rows_to_store(tx, run_id, rows)
     record = summary.to_dict() | {"sha256": parsed.sha256}
     source_id = tx.add_source(run_id, record)
-    write_rows(tx, run_id, source_id, frame, routing, names)
+    write_rows(tx, run_id, source_id, rows, routing, names)
     return summary
 
 
-def rows_to_store(tx, run_id: int, frame, known: dict[str, str] | None = None, extent: tuple | None = None):
-    """(scalars, routing rows, {original: stored name}) of a parsed frame as the run stores them:
-    expert loads moved to routing, names mapped, units applied, series derived, and the attempts
-    offset past the run's latest when the rows repeat a stored step (a restart). ``known`` (the
-    run's name mapping) and ``extent`` (its latest attempt and last step) spare a query each when
-    the caller read them already."""
+def rows_to_store(tx, run_id: int, rows, known: dict[str, str] | None = None, extent: tuple | None = None):
+    """(scalars as Columns, routing rows or None, {original: stored name}) of parsed rows (Columns
+    or a long DataFrame) as the run stores them: expert loads moved to routing, names mapped, units
+    applied, series derived, and the attempts offset past the run's latest when the rows repeat a
+    stored step (a restart). ``known`` (the run's name mapping) and ``extent`` (its latest attempt
+    and last step) spare a query each when the caller read them already."""
     from moeproxy.ingest.derive import apply_units, derive_series, split_routing
 
-    frame, routing = split_routing(frame)
-    originals = [str(m) for m in frame["metric"].cat.categories]
-    mapping = resolve_names(originals, tx.metric_mapping(run_id) if known is None else known)
-    frame = frame.assign(metric=frame["metric"].cat.rename_categories(mapping))
-    frame = apply_units(frame, mapping)
-    frame, derived = derive_series(frame, routing)
-    offset = tx.attempt_offset(run_id, frame, extent)
+    rows, routing = split_routing(as_columns(rows))
+    mapping = resolve_names(list(rows.names), tx.metric_mapping(run_id) if known is None else known)
+    rows = apply_units(rows.renamed(mapping), mapping)
+    rows, derived = derive_series(rows, routing)
+    offset = tx.attempt_offset(run_id, rows, extent)
     if offset:
-        frame = frame.assign(attempt=frame["attempt"] + offset)
-        routing = routing.assign(attempt=routing["attempt"] + offset)
-    return frame, routing, mapping | derived
+        rows = replace(rows, attempt=rows.attempt + offset)
+        if routing is not None:
+            routing = routing.assign(attempt=routing["attempt"] + offset)
+    return rows, routing, mapping | derived
 
 
-def write_rows(tx, run_id: int, source_id: int, frame, routing, names: dict[str, str]) -> None:
+def write_rows(tx, run_id: int, source_id: int, rows, routing, names: dict[str, str]) -> None:
     tx.add_metric_names(run_id, names)
-    tx.add_scalars(run_id, source_id, frame)
-    tx.add_routing(run_id, source_id, routing)
+    tx.add_scalars(run_id, source_id, rows)
+    tx.add_routing(run_id, source_id, routing)  # None: no expert loads

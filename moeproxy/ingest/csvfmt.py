@@ -94,7 +94,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         from_index = steps is None
         if framework == "unknown":
             framework = guess_framework(table.metric_names)
-    return ParsedLog(src.path, fmt, framework, src.sha256, table.frame(), skipped, from_index)
+    return ParsedLog(src.path, fmt, framework, src.sha256, table.columns(), skipped, from_index)
 
 
 _INTEGER = re.compile(r"\s*[-+]?\d{1,30}\s*")

@@ -10,18 +10,32 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from moeproxy.columns import Columns, as_columns
 from moeproxy.ingest.names import EXPERT_LOAD, SCALE
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DERIVED = "derived"  # the "original" name recorded for derived series
 
 
-def split_routing(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(scalars without expert loads, routing rows step/layer/expert/load/attempt)."""
-    if not any(EXPERT_LOAD.match(str(name)) for name in frame["metric"].cat.categories):
-        return frame, pd.DataFrame(columns=["step", "layer", "expert", "load", "attempt"])
+def split_routing(rows: Columns) -> tuple[Columns, pd.DataFrame | None]:
+    """(scalars without expert loads, routing rows step/layer/expert/load/attempt or None).
+    pandas is imported only when the log has expert loads."""
+    if not any(EXPERT_LOAD.match(str(name)) for name in rows.names):
+        return rows, None
+    kept, routing = _split_routing_frame(rows.to_frame())
+    return as_columns(kept), routing
+
+
+def _split_routing_frame(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    import pandas as pd
+
     names = pd.Series(list(frame["metric"].cat.categories), dtype=object)
     parsed = names.str.extract(EXPERT_LOAD)
     load_names = dict(zip(names[parsed[0].notna()], zip(parsed[0].dropna().astype(int), parsed[1].dropna().astype(int))))
@@ -43,6 +57,8 @@ def split_routing(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _rows(template: pd.DataFrame, metric: str, step, value, attempt) -> pd.DataFrame:
+    import pandas as pd
+
     n = len(step)
     return pd.DataFrame({
         "step": np.asarray(step, np.int64), "metric": [metric] * n, "value": np.asarray(value, np.float64),
@@ -51,12 +67,25 @@ def _rows(template: pd.DataFrame, metric: str, step, value, attempt) -> pd.DataF
     })
 
 
-def derive_series(frame: pd.DataFrame, routing: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Add derived series; returns (frame, {stored name: 'derived'}) for the names table."""
+def derive_series(rows: Columns, routing: pd.DataFrame | None) -> tuple[Columns, dict[str, str]]:
+    """Add derived series; returns (rows, {stored name: 'derived'}) for the names table. pandas is
+    imported only when there is something to derive."""
+    metrics = set(rows.names)
+    wanted = ("load_imbalance" not in metrics and routing is not None and not routing.empty) or (
+        "routing_entropy" not in metrics and any(m.startswith("routing_entropy/layer_") for m in metrics))
+    if not wanted:
+        return rows, {}
+    frame, names = _derive_series_frame(rows.to_frame(), routing)
+    return as_columns(frame), names
+
+
+def _derive_series_frame(frame: pd.DataFrame, routing: pd.DataFrame | None) -> tuple[pd.DataFrame, dict[str, str]]:
+    import pandas as pd
+
     added: list[pd.DataFrame] = []
     names: dict[str, str] = {}
     metrics = set(frame["metric"].cat.categories)
-    if "load_imbalance" not in metrics and not routing.empty:
+    if "load_imbalance" not in metrics and routing is not None and not routing.empty:
         per_layer = routing.groupby(["attempt", "step", "layer"])["load"].agg(["max", "mean"])
         ratio = (per_layer["max"] / per_layer["mean"].where(per_layer["mean"] > 0)).groupby(["attempt", "step"]).max()
         ratio = ratio.reset_index()
@@ -78,9 +107,12 @@ def derive_series(frame: pd.DataFrame, routing: pd.DataFrame) -> tuple[pd.DataFr
     return frame, names
 
 
-def apply_units(frame: pd.DataFrame, mapping: dict[str, str]) -> pd.DataFrame:
+def apply_units(rows: Columns, mapping: dict[str, str]) -> Columns:
+    """Values of renamed series scaled to the canonical unit (the parsed rows left as they are)."""
+    value = None
     for original, factor in SCALE.items():
-        if original in mapping and mapping[original] != original:
-            mask = frame["metric"] == mapping[original]
-            frame.loc[mask, "value"] = frame.loc[mask, "value"] * factor
-    return frame
+        if original in mapping and mapping[original] != original and mapping[original] in rows.names:
+            value = rows.value.copy() if value is None else value
+            mask = rows.code == rows.names.index(mapping[original])
+            value[mask] = value[mask] * factor
+    return rows if value is None else replace(rows, value=value)

@@ -53,7 +53,7 @@ def parse_golden_values(src: SourceFile) -> ParsedLog:
     for step in steps[first_run:]:
         table.add_dict(step, by_step[step])
     return ParsedLog(src.path, "megatron-golden", guess_framework(table.metric_names) if len(table) else "megatron",
-                     src.sha256, table.frame(), skipped)
+                     src.sha256, table.columns(), skipped)
 
 
 def sniff_golden_values(src: SourceFile) -> float:

@@ -105,12 +105,12 @@ def parse_verl_jsonl(src: SourceFile) -> ParsedLog:
 
     columns = read_verl_jsonl(src)  # DuckDB's reader; None: a file only the careful path below reads exactly
     if columns is not None:
-        from moeproxy.ingest.table import build_frame
+        from moeproxy.ingest.table import build_columns
 
         steps, counts, codes, names, values = columns
         n = len(steps)
-        frame = build_frame(steps, np.full(n, -1, np.int64), np.full(n, np.nan), counts, codes, names, values)
-        return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, frame, 0)
+        rows = build_columns(steps, np.full(n, -1, np.int64), np.full(n, np.nan), counts, codes, names, values)
+        return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, rows, 0)
     return parse_verl_jsonl_line_by_line(src)
 
 
@@ -126,7 +126,7 @@ def parse_verl_jsonl_line_by_line(src: SourceFile) -> ParsedLog:
             state["skipped"] += 1
             continue
         table.add_dict(step, data)  # verl's data is flat; non-numeric entries are dropped later
-    return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, table.frame(), state["skipped"])
+    return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, table.columns(), state["skipped"])
 
 
 def _records_to_table(records, table: LogTable) -> bool:
@@ -145,7 +145,7 @@ def parse_jsonl(src: SourceFile) -> ParsedLog:
     records, state = _json_lines(src)
     from_index = _records_to_table((obj for _, obj in records), table)
     return ParsedLog(
-        src.path, "jsonl", guess_framework(table.metric_names), src.sha256, table.frame(),
+        src.path, "jsonl", guess_framework(table.metric_names), src.sha256, table.columns(),
         state["skipped"], from_index,
     )
 
@@ -173,7 +173,7 @@ def parse_trainer_state(src: SourceFile) -> ParsedLog:
     framework = guess_framework(table.metric_names)
     return ParsedLog(
         src.path, "hf-trainer-state", "trl" if framework == "trl" else "hf-trainer", src.sha256,
-        table.frame(), len(history) - len(records), from_index,
+        table.columns(), len(history) - len(records), from_index,
     )
 
 
@@ -185,7 +185,7 @@ def parse_json_records(src: SourceFile) -> ParsedLog:
     table = LogTable()
     from_index = _records_to_table(records, table)
     return ParsedLog(
-        src.path, "json-records", guess_framework(table.metric_names), src.sha256, table.frame(),
+        src.path, "json-records", guess_framework(table.metric_names), src.sha256, table.columns(),
         len(doc) - len(records), from_index,
     )
 

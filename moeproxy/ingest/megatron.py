@@ -224,7 +224,7 @@ def _child_part(src: SourceFile, start: int, stop: int) -> tuple[_Scan, str, dic
 # Files at least this large are parsed in two processes on a machine with two or more free cores.
 PARALLEL_MIN_BYTES = 16 << 20
 # The parent scans the first part, the child the rest; the child also hashes the file and pickles
-# its part back, so it gets a little less to scan, unless the parent still has pandas and DuckDB to
+# its part back, so it gets a little less to scan, unless the parent still has DuckDB and pyarrow to
 # import (the ingest command): then the child gets more.
 CHILD_SHARE = 0.45
 CHILD_SHARE_COLD = 0.6
@@ -242,7 +242,7 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
 
     if "fork" not in multiprocessing.get_all_start_methods():
         return None
-    share = CHILD_SHARE if "pandas" in sys.modules else CHILD_SHARE_COLD
+    share = CHILD_SHARE if "duckdb" in sys.modules else CHILD_SHARE_COLD
     mid = src.line_boundary(int(src.size * (1 - share)))
     if mid <= 0 or mid >= src.lines_end:
         return None
@@ -270,11 +270,11 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
 
 
 def _load_what_comes_next() -> None:
-    """Import what storing the parse will need (pandas, the DuckDB store) if not loaded yet: in the
+    """Import what storing the parse will need (pyarrow, the DuckDB store) if not loaded yet: in the
     ingest command they are not, and importing them here overlaps the child's scan."""
     import importlib
 
-    for name in ("pandas", "moeproxy.store", "moeproxy.ingest.derive"):
+    for name in ("pyarrow", "moeproxy.store", "moeproxy.ingest.derive"):
         importlib.import_module(name)
 
 
@@ -288,7 +288,7 @@ def parse_megatron(src: SourceFile) -> ParsedLog:
         framework = "megatron-deepspeed"
     else:
         framework = "megatron"
-    return ParsedLog(src.path, "megatron", framework, src.sha256, scan.table.frame(), scan.skipped)
+    return ParsedLog(src.path, "megatron", framework, src.sha256, scan.table.columns(), scan.skipped)
 
 
 def sniff_megatron(src: SourceFile) -> float:
@@ -314,7 +314,7 @@ def parse_mindspeed_rl(src: SourceFile) -> ParsedLog:
                 continue
         if line.strip():
             skipped += 1
-    return ParsedLog(src.path, "mindspeed-rl", "mindspeed-rl", src.sha256, table.frame(), skipped)
+    return ParsedLog(src.path, "mindspeed-rl", "mindspeed-rl", src.sha256, table.columns(), skipped)
 
 
 def sniff_mindspeed_rl(src: SourceFile) -> float:

@@ -15,7 +15,7 @@ import importlib
 import sys
 import threading
 
-FOR_STORING = ("pandas", "pyarrow", "moeproxy.store", "moeproxy.ingest.derive")
+FOR_STORING = ("pyarrow", "moeproxy.store", "moeproxy.ingest.derive")
 _started = False
 
 

@@ -108,7 +108,7 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
     framework = guess_framework(names)
     if "Global step" in src.head_text:
         framework = "openrlhf"
-    return ParsedLog(src.path, "printed-dicts", framework, src.sha256, table.frame(), skipped, from_index)
+    return ParsedLog(src.path, "printed-dicts", framework, src.sha256, table.columns(), skipped, from_index)
 
 
 def sniff_printed_dicts(src: SourceFile) -> float:

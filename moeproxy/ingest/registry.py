@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from moeproxy.columns import Columns, as_columns
 from moeproxy.ingest.source import SourceFile
 from moeproxy.registry import Registry
 
@@ -27,7 +28,7 @@ class ParsedLog:
     format: str
     framework: str
     sha256: str
-    frame: pd.DataFrame  # step, metric, value, attempt, rank, wall_time (original metric names)
+    rows: Columns | pd.DataFrame  # step, metric, value, attempt, rank, wall_time (original metric names)
     skipped_lines: int = 0
     step_from_index: bool = False
     notes: list[str] = field(default_factory=list)
@@ -35,6 +36,18 @@ class ParsedLog:
     bytes_parsed: int = 0  # how far the parsed bytes go: the sha256 is theirs (filled by parse_file)
     # a file holding several runs (a comparison table): arm name -> frame; ``frame`` is the first
     arms: dict[str, pd.DataFrame] | None = None
+
+    @property
+    def columns(self) -> Columns:
+        """The parsed rows as numpy columns (no pandas needed)."""
+        return as_columns(self.rows)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The parsed rows as a pandas DataFrame (made once, on first use; it is then the rows)."""
+        if isinstance(self.rows, Columns):
+            self.rows = self.rows.to_frame()
+        return self.rows
 
 
 @dataclass(frozen=True)

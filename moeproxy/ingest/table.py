@@ -1,8 +1,9 @@
 """Columnar accumulation of parsed log records, and restart (attempt) numbering.
 
 Parsers call ``LogTable.add(step, names, values)`` once per log record (a line, a JSON object,
-an event); nothing is inserted row by row anywhere. ``LogTable.frame()`` returns one pandas
-DataFrame (step, metric, value, attempt, rank, wall_time) ready for a single bulk insert.
+an event); nothing is inserted row by row anywhere. ``LogTable.columns()`` returns the long
+table (step, metric, value, attempt, rank, wall_time) as numpy columns, ready for a single bulk
+insert; ``LogTable.frame()`` the same as a pandas DataFrame.
 
 Attempts: within one source and rank, a record whose step is lower than the previous record's,
 or equal to it while logging a metric that step already has with another value, starts a new
@@ -17,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from moeproxy.columns import Columns
 from moeproxy.ingest.values import coerce_json_value
 
 if TYPE_CHECKING:
     import pandas as pd
 
-FRAME_COLUMNS = ("step", "metric", "value", "attempt", "rank", "wall_time")
 
 
 class RecordOutOfRange(ValueError):
@@ -218,15 +219,17 @@ class LogTable:
         return attempt_numbers(self._step_array(), np.asarray(self._ranks, dtype=np.int64),
                                np.asarray(self._counts, dtype=np.int64), codes, values)
 
-    def frame(self) -> pd.DataFrame:
+    def columns(self) -> Columns:
         if not self._steps:
-            return build_frame(*(np.empty(0, t) for t in (np.int64, np.int64, np.float64, np.int64, np.int32)),
-                               [], np.empty(0))
+            return Columns.empty_table()
         codes = np.concatenate(self._code_segments)
         values, keep = self._float_values()
-        return build_frame(self._step_array(), np.asarray(self._ranks, dtype=np.int64),
-                           np.asarray(self._walls, dtype=np.float64), np.asarray(self._counts, dtype=np.int64),
-                           codes, self.metric_names, values, keep)
+        return build_columns(self._step_array(), np.asarray(self._ranks, dtype=np.int64),
+                             np.asarray(self._walls, dtype=np.float64), np.asarray(self._counts, dtype=np.int64),
+                             codes, self.metric_names, values, keep)
+
+    def frame(self) -> pd.DataFrame:
+        return self.columns().to_frame()
 
 
 def _conflict(seen: dict[int, float], new: dict[int, float]) -> bool:
@@ -307,27 +310,29 @@ def _attempts_one_by_one(attempt_of, idx, s, offsets, codes, values) -> None:
         attempt_of[i] = attempt
 
 
-def build_frame(steps: np.ndarray, ranks: np.ndarray, walls: np.ndarray, counts: np.ndarray, codes: np.ndarray,
-                names: list[str], values: np.ndarray, keep: np.ndarray | None = None) -> pd.DataFrame:
-    """The long frame (step, metric, value, attempt, rank, wall_time) of records given as columns:
+def build_columns(steps: np.ndarray, ranks: np.ndarray, walls: np.ndarray, counts: np.ndarray, codes: np.ndarray,
+                  names: list[str], values: np.ndarray, keep: np.ndarray | None = None) -> Columns:
+    """The long table (step, metric, value, attempt, rank, wall_time) of records given as columns:
     per record its step, rank, wall time and number of values; per value its metric code and value.
     ``keep``: a mask of the values to store (non-numeric ones dropped after attempts are numbered)."""
-    import pandas as pd  # here, not at import: a parser's scan runs before pandas is needed
-
     if not len(steps):
-        return pd.DataFrame({c: [] for c in FRAME_COLUMNS})
+        return Columns.empty_table()
     codes = np.asarray(codes, dtype=np.int32)
-    df = pd.DataFrame(
-        {
-            "step": np.repeat(steps, counts),
-            "metric": pd.Categorical.from_codes(codes, categories=names),
-            "value": values,
-            "attempt": np.repeat(attempt_numbers(steps, ranks, counts, codes, values), counts),
-            "rank": np.repeat(ranks.astype(np.int32), counts),
-            "wall_time": np.repeat(walls, counts),
-        },
-        copy=False,  # the columns are fresh arrays: no second copy of millions of rows
-    )
-    if keep is not None:
-        df = df[keep].reset_index(drop=True)
-    return df
+    counts = np.asarray(counts, dtype=np.int64)
+    attempts = attempt_numbers(steps, ranks, counts, codes, values)
+    columns = Columns(np.repeat(steps, counts), codes, names, values, _per_value(attempts.astype(np.int32), counts),
+                      _per_value(np.asarray(ranks).astype(np.int32), counts), _per_value(np.asarray(walls, np.float64), counts))
+    return columns.take(keep) if keep is not None else columns
+
+
+def _per_value(per_record: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """A per-record column repeated for each of the record's values (a constant one filled at once)."""
+    first = per_record[0]
+    if bool(np.all(per_record == first)) or (first != first and bool(np.all(per_record != per_record))):
+        return np.full(int(counts.sum()), first, per_record.dtype)
+    return np.repeat(per_record, counts)
+
+
+def build_frame(*args, **kwargs) -> pd.DataFrame:
+    """``build_columns`` as a pandas DataFrame."""
+    return build_columns(*args, **kwargs).to_frame()

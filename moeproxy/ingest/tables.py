@@ -257,7 +257,7 @@ def _read(src: SourceFile, head: bool) -> tuple[dict[str, LogTable], int, bool, 
 def parse_tables(src: SourceFile) -> ParsedLog:
     result = _read(src, head=False)
     if result is None:
-        return ParsedLog(src.path, "table", "unknown", src.sha256, LogTable().frame())
+        return ParsedLog(src.path, "table", "unknown", src.sha256, LogTable().columns())
     tables, skipped, from_index, kind = result
     tables = {arm: t for arm, t in tables.items() if len(t)}
     first_arm = next(iter(tables), "")
@@ -265,7 +265,7 @@ def parse_tables(src: SourceFile) -> ParsedLog:
     notes = []
     if kind == "values":
         notes.append("headerless numbers read as the loss" + (" (record index as step)" if from_index else ""))
-    parsed = ParsedLog(src.path, "table", guess_framework(first.metric_names), src.sha256, first.frame(),
+    parsed = ParsedLog(src.path, "table", guess_framework(first.metric_names), src.sha256, first.columns(),
                        skipped, from_index, notes)
     if len(tables) > 1:
         parsed.arms = {arm: t.frame() for arm, t in tables.items()}

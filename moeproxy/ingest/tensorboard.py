@@ -28,10 +28,10 @@ from moeproxy.ingest.tfrecord import record_windows
 def parse_tensorboard(src: SourceFile) -> ParsedLog:
     from moeproxy.ingest.event_columns import decode_window
     from moeproxy.ingest.preload import import_in_background
-    from moeproxy.ingest.table import build_frame
+    from moeproxy.ingest.table import build_columns
 
     if src.size > 1 << 20:
-        import_in_background()  # pandas and the store load while numpy decodes
+        import_in_background()  # the store's modules load while numpy decodes
 
     names: list[str] = []
     index: dict[str, int] = {}
@@ -50,12 +50,12 @@ def parse_tensorboard(src: SourceFile) -> ParsedLog:
         codes.append(remap[window.item_tag] if len(remap) else window.item_tag)
         values.append(window.item_value)
     steps_all = np.concatenate(steps) if steps else np.empty(0, np.int64)
-    frame = build_frame(steps_all, np.full(len(steps_all), -1, dtype=np.int64),
-                        np.concatenate(walls) if walls else np.empty(0),
-                        np.concatenate(counts) if counts else np.empty(0, np.int64),
-                        np.concatenate(codes) if codes else np.empty(0, np.int32), names,
-                        np.concatenate(values) if values else np.empty(0))
-    return ParsedLog(src.path, "tensorboard", guess_framework(names), src.sha256, frame, skipped)
+    rows = build_columns(steps_all, np.full(len(steps_all), -1, dtype=np.int64),
+                         np.concatenate(walls) if walls else np.empty(0),
+                         np.concatenate(counts) if counts else np.empty(0, np.int64),
+                         np.concatenate(codes) if codes else np.empty(0, np.int32), names,
+                         np.concatenate(values) if values else np.empty(0))
+    return ParsedLog(src.path, "tensorboard", guess_framework(names), src.sha256, rows, skipped)
 
 
 def sniff_tensorboard(src: SourceFile) -> float:

@@ -224,7 +224,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
     skipped += sum(counts) - counts[kind]
     table = LogTable()
     _replay(table, entries, kind)
-    return ParsedLog(src.path, "text", guess_framework(table.metric_names), src.sha256, table.frame(),
+    return ParsedLog(src.path, "text", guess_framework(table.metric_names), src.sha256, table.columns(),
                      skipped, kind == INDEXLESS)
 
 

@@ -44,7 +44,7 @@ def parse_verl_console(src: SourceFile) -> ParsedLog:
             table.add_dict(int(m.group(1)), record, rank=rank_of(line))
         else:
             skipped += 1
-    return ParsedLog(src.path, "verl-console", "verl", src.sha256, table.frame(), skipped)
+    return ParsedLog(src.path, "verl-console", "verl", src.sha256, table.columns(), skipped)
 
 
 def sniff_verl_console(src: SourceFile) -> float:

@@ -22,7 +22,7 @@ import os
 import re
 import stat
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from moeproxy.errors import InputError
@@ -221,9 +221,10 @@ class FollowedFile:
                 dropped.append(self._real(message, lines_before) + ": line skipped")
                 body = b"".join(body_lines[: line - 1] + [b"\n"] + body_lines[line:])  # line count kept
         index_base = self.index_base
-        if parsed.step_from_index and not parsed.frame.empty:
-            parsed.frame["step"] += self.index_base
-            index_base = int(parsed.frame["step"].max()) + 1
+        if parsed.step_from_index and len(parsed.rows):
+            rows = parsed.columns
+            parsed.rows = replace(rows, step=rows.step + self.index_base)
+            index_base = int(parsed.rows.step.max()) + 1
         return Chunk(self, self.position, self.position + len(data), data, data.count(b"\n"),
                      parsed, index_base, dropped + [self._real(w, lines_before) for w in parsed.warnings])
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+from moeproxy.columns import Columns
 
 from moeproxy.contracts import ROLES
 from moeproxy.errors import InputError, StoreBusy
@@ -350,7 +350,7 @@ class _Batch:
 
     def store(self, chunks: list[Chunk]) -> list[tuple[Chunk, dict | None]]:
         config, tx = self.watcher.config, self.tx
-        wanted = [c for c in chunks if c.file.source_id is not None or not c.parsed.frame.empty]
+        wanted = [c for c in chunks if c.file.source_id is not None or len(c.parsed.rows)]
         names = sorted({c.file.run for c in wanted})
         known = tx.run_ids(names) if names else {}
         for c in wanted:  # new runs, and a role or proxy given on the command line, once per session
@@ -373,21 +373,21 @@ class _Batch:
         totals = {"rows": 0, "steps": 0, "metrics": 0, "nonfinite": 0, "attempts": 0, "skipped_lines": 0} | {
             k: int(v) for k, v in f.totals.items() if v is not None and v == v}
         frame = None
-        if not parsed.frame.empty:
+        if len(parsed.rows):
             if run_id in self.pending_runs:  # a second chunk of this run: its first one is written first
                 tx.add_scalar_parts(self.parts)
                 self.parts, self.pending_runs = [], set()
                 self.extents[run_id] = tx.run_extents([run_id])[run_id]
-            frame, routing, names = rows_to_store(tx, run_id, parsed.frame, self.mappings[run_id],
+            frame, routing, names = rows_to_store(tx, run_id, parsed.rows, self.mappings[run_id],
                                                   self.extents[run_id])
             tx.add_metric_names(run_id, names, known=self.mappings[run_id])
             self.mappings[run_id] = self.mappings[run_id] | names
-            values = frame["value"].to_numpy()
-            totals["rows"] += len(frame)
-            totals["steps"] += int(frame["step"].nunique())
-            totals["metrics"] = max(totals["metrics"], int(frame["metric"].nunique()))
-            totals["nonfinite"] += int((~np.isfinite(values)).sum())
-            totals["attempts"] = max(totals["attempts"], int(frame["attempt"].nunique()))
+            counts = frame.counts()
+            totals["rows"] += counts["rows"]
+            totals["steps"] += counts["steps"]
+            totals["metrics"] = max(totals["metrics"], counts["metrics"])
+            totals["nonfinite"] += counts["nonfinite"]
+            totals["attempts"] = max(totals["attempts"], counts["attempts"])
         totals["skipped_lines"] += parsed.skipped_lines
         record = totals | {"sha256": chunk.sha256(), "bytes": chunk.end}
         source_id = f.source_id
@@ -401,8 +401,7 @@ class _Batch:
         if frame is not None:
             self.parts.append((run_id, source_id, frame))
             self.pending_runs.add(run_id)
-            if not routing.empty:
-                tx.add_routing(run_id, source_id, routing)
+            tx.add_routing(run_id, source_id, routing)
         if f.source_id is None:
             tx.update_source(source_id, record)
             tx.save_watch_position(position, new=True)
@@ -426,14 +425,10 @@ def _scratch_folder() -> Path:
     return Path(tempfile.mkdtemp(prefix=f"moeproxy-watch-{os.getpid()}-"))
 
 
-def _breaks_envelope(frame, envelope: dict) -> bool:
+def _breaks_envelope(rows: Columns, envelope: dict) -> bool:
     """Whether new rows bring a metric's first non-finite value, or leave the range its finite
     values had so far by more than that range (the ranges are updated)."""
-    metric = frame["metric"]
-    if not isinstance(metric.dtype, pd.CategoricalDtype):
-        metric = metric.astype("category")
-    codes, names = metric.cat.codes.to_numpy(), list(metric.cat.categories)
-    values = frame["value"].to_numpy(np.float64)
+    codes, names, values = rows.code, rows.names, rows.value
     finite = np.isfinite(values)
     n = len(names)
     lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
