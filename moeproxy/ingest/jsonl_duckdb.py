@@ -1,27 +1,46 @@
 """verl file-logger JSONL parsed by DuckDB's JSON reader: the fast path of ``verl-jsonl``.
 
 One streaming query reads ``{"step": N, "data": {...}}`` lines with ``read_json`` into, per line,
-the step, the JSON text of the key list, and the list of values (``data`` read as
-``MAP(VARCHAR, DOUBLE)``: JSON null is NULL, stored as NaN; numbers are parsed by DuckDB, which
-reads them whole and correctly rounded, ``1e400`` as inf as ``float()`` does). Lines come back in
-file order; each distinct key list is decoded once, so no metric name crosses into Python per
-value. The sha256 (and the check for NUL bytes) runs over the same bytes in a thread meanwhile.
+the step, the JSON text of ``data``'s key list and the list of its values (``data`` read as JSON,
+its values cast to DOUBLE: JSON null is NULL, stored as NaN; true/false are 1.0/0.0 as
+``float(bool)``; numbers are parsed by DuckDB, which reads them whole and correctly rounded,
+``1e400`` as inf as ``float()`` does). Lines come back in file order; each distinct key list is
+decoded once (the per-line texts are grouped by Arrow's dictionary encoding, which compares them
+whole), so no metric name crosses into Python per value. The sha256, the check for NUL bytes and
+the byte counts below run over the same bytes in a thread meanwhile.
 
 DuckDB and the careful path (``jsonl.parse_verl_jsonl_line_by_line``) differ at the edges, so this
 path only claims files it reads exactly as the careful path would, and returns None for everything
-else, which the careful path then reads or rejects with its own line-numbered message: a line
-DuckDB cannot read (not JSON, not an object, a value that is text DuckDB cannot cast, a list or an
-object, a key given twice, invalid UTF-8, a line over 16 MiB), what DuckDB reads but Python's json
-refuses (a trailing comma, ``inf``/``nan`` literals: ``strict_json``), a step that is not an
-integer of 64 bits or a record without ``data``, a NUL byte, a file that does not end with a
-newline (its last line may be cut), and a file that changed while it was read (DuckDB reads the
-path, so the file's size, inode and modification time are compared before and after).
+else, which the careful path then reads or rejects with its own line-numbered message:
+
+* a line DuckDB cannot read (not JSON, a value that is text DuckDB cannot cast, an object as a
+  value, invalid UTF-8, a line over 16 MiB); a step that is not an integer of 64 bits, a record
+  without ``data`` or whose ``data`` is not an object (the careful path counts it as skipped);
+  a key given twice in ``data`` (the careful path keeps the last value at the first place);
+* what DuckDB reads but Python's json refuses or reads otherwise, found by counting bytes: a
+  line of k data keys that holds only what it needs has exactly 2 (k + 2) ``"``, k + 2 ``:`` and
+  max(k - 1, 0) + 1 ``,`` (every such byte outside a string is required by the line's structure,
+  so the file's counts reach these sums only when no line holds more). Any string value (DuckDB
+  casts ``"1.5"``; the careful path parses text with its own rules), any member besides ``step``
+  and ``data``, a trailing comma (``{"a": 1,}``, which DuckDB reads), an escaped quote or a ``:``
+  or ``,`` in a key makes the counts differ: the careful path, at worst a false alarm. A ``[``
+  anywhere (a list) and a ``\\r`` that does not end a line (DuckDB reads it as a space, the careful
+  path as a line break) send the file there too;
+* with strings and extra members so excluded, a literal can only be a data value: DuckDB reads
+  nan / inf / infinity in any case and with a ``-``, Python only ``NaN``, ``Infinity`` and
+  ``-Infinity`` (as nan, inf, -inf). When some value that is not null came back NaN or +-inf, the
+  file's value literals are checked to be exactly null, true, false, NaN, Infinity or -Infinity;
+* a NUL byte, a file that does not end with a newline (its last line may be cut), and a file that
+  changed while it was read (DuckDB reads the path, so the file's size, inode and modification
+  time are compared before and after).
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
+import re
 import threading
 
 import numpy as np
@@ -31,15 +50,25 @@ from moeproxy.ingest.source import SourceFile
 # smaller files are read by the careful path: starting DuckDB costs more than it saves there
 MIN_BYTES = 4 << 20
 MAX_LINE = 16 << 20
+CHUNK = 8 << 20
 
 QUERY = """
-SELECT json_type(step) IN ('UBIGINT', 'BIGINT') AND TRY_CAST(step AS BIGINT) IS NOT NULL AND data IS NOT NULL AS ok,
+SELECT coalesce(json_type(step) IN ('UBIGINT', 'BIGINT') AND TRY_CAST(step AS BIGINT) IS NOT NULL
+                AND starts_with(data::VARCHAR, '{'), false) AS ok,
        TRY_CAST(step AS BIGINT) AS step,
-       CAST(map_keys(data) AS JSON)::VARCHAR AS keys,
-       map_values(data) AS v
-FROM read_json($path, columns = {'step': 'JSON', 'data': 'MAP(VARCHAR, DOUBLE)'},
+       to_json(json_keys(data))::VARCHAR AS keys,
+       CAST(json_extract(data, '$.*') AS DOUBLE[]) AS v
+FROM read_json($path, columns = {'step': 'JSON', 'data': 'JSON'},
                format = 'newline_delimited', maximum_object_size = $max_line)
 """
+
+# A value literal that Python's json does not read as DuckDB does: after a ``:`` (and JSON
+# spaces), a ``-`` not followed by a digit or ``Infinity``, or a byte that starts neither a number,
+# an object nor exactly null / true / false / NaN / Infinity.
+_END = rb"[ \t\r\n,}]"
+_BAD_LITERAL = re.compile(
+    rb":[ \t\r\n]*(?:-(?![0-9]|Infinity" + _END + rb")|(?![-0-9{]|(?:null|true|false|NaN|Infinity)" + _END
+    + rb")[^ \t\r\n])")
 
 
 def _identity(path) -> tuple | None:
@@ -51,87 +80,51 @@ def _identity(path) -> tuple | None:
 
 
 class _Hasher(threading.Thread):
-    """The sha256 of the file's bytes [0, size) and whether they hold a NUL byte, in a thread
-    (hashlib releases the GIL while it hashes); ``nul``, a head that is not the one seen at open
-    (rewritten) or a file that ends early (shrunk) leave the file to the careful path, which names
-    the problem."""
+    """The sha256 of the file's bytes [0, size) and the counts of ``"``, ``:`` and ``,`` in them,
+    in a thread (hashlib and numpy release the GIL while they work); a NUL byte, a ``[``, a ``\\r``
+    not followed by ``\\n``, a head that is not the one seen at open (rewritten) or a file that ends
+    early (shrunk) leave ``digest`` None: the file goes to the careful path, which names the problem."""
 
     def __init__(self, src: SourceFile) -> None:
         super().__init__(daemon=True)
         self.src = src
         self.digest: str | None = None
+        self.counts = (0, 0, 0)  # '"', ':', ','
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             h = hashlib.sha256()
             left = self.src.size
-            carry, lo = b"", 0  # the bytes kept for the next chunk; where its unchecked positions start
+            quotes = colons = commas = 0
+            cr = crlf = 0
+            last = b""  # the previous chunk's last byte (a \r\n across chunks)
+            same = np.empty(min(CHUNK, max(left, 1)), dtype=bool)
             with self.src.open_checked() as fh:
                 first = True
                 while left > 0:
                     chunk = fh.read(min(CHUNK, left))
-                    if not chunk or b"\x00" in chunk or (first and not chunk.startswith(self.src.head[:len(chunk)])):
+                    if (not chunk or b"\x00" in chunk or b"[" in chunk
+                            or (first and not chunk.startswith(self.src.head[:len(chunk)]))):
                         return
                     first = False
                     h.update(chunk)
                     left -= len(chunk)
-                    data = carry + chunk
-                    hi = len(data) if left <= 0 else max(len(data) - OVERLAP, lo)
-                    if not strict_json(data, lo, hi):
-                        return
-                    keep = max(hi - OVERLAP, 0)  # OVERLAP bytes before the first unchecked position
-                    carry, lo = data[keep:], hi - keep
+                    if b"\r" in chunk or last == b"\r":
+                        cr += chunk.count(b"\r")
+                        crlf += chunk.count(b"\r\n") + (last == b"\r" and chunk[:1] == b"\n")
+                    last = chunk[-1:]
+                    b = np.frombuffer(chunk, dtype=np.uint8)
+                    out = same[:len(b)]
+                    quotes += int(np.count_nonzero(np.equal(b, 34, out=out)))
+                    colons += int(np.count_nonzero(np.equal(b, 58, out=out)))
+                    commas += int(np.count_nonzero(np.equal(b, 44, out=out)))
+            if cr != crlf:
+                return
+            self.counts = (quotes, colons, commas)
             self.digest = h.hexdigest()
         except BaseException as exc:  # noqa: BLE001  (reported in the caller's thread)
             self.error = exc
-
-
-# DuckDB's JSON reader accepts what Python's does not: trailing commas (``{"a": 1,}``) and the
-# literals inf / nan in any case. Without lists (a ``[`` anywhere: the careful path), a value
-# follows a ``:`` and starts with one of these bytes (``n`` begins ``null``, ``-`` a number), and a
-# ``}`` follows no ``,``. A key holding such bytes sends its file to the careful path too.
-_VALUE_START = np.zeros(256, dtype=bool)
-_VALUE_START[np.frombuffer(b'0123456789-"ntf{', np.uint8)] = True
-_SPACE = np.zeros(256, dtype=bool)
-_SPACE[np.frombuffer(b" \t\r\n", np.uint8)] = True
-OVERLAP = 64  # bytes read around a checked position, kept from one chunk for the next
-CHUNK = 8 << 20
-
-
-def strict_json(data: bytes, lo: int = 0, hi: int | None = None) -> bool:
-    """Whether JSON text has no list, no trailing comma before a ``}`` and no literal other than
-    null, true, false as a member's value: the ``:`` and ``}`` at positions [lo, hi) are checked,
-    the bytes around them read as far as ``data`` goes (a run of spaces longer than ``OVERLAP``
-    counts as a violation)."""
-    if b"[" in data:
-        return False
-    b = np.frombuffer(data, dtype=np.uint8)
-    hi = len(b) if hi is None else hi
-
-    def skip_space(at: np.ndarray, step: int) -> np.ndarray | None:
-        """The first non-space byte from each ``at + step`` on (None: past the data)."""
-        at = at + step
-        todo = np.arange(len(at))
-        for _ in range(OVERLAP):
-            pos = at[todo]
-            if len(pos) and (pos.min() < 0 or pos.max() >= len(b)):
-                return None
-            todo = todo[_SPACE[b[pos]]]
-            if not len(todo):
-                return at
-            at[todo] += step
-        return None
-
-    value = skip_space(lo + np.flatnonzero(b[lo:hi] == 58), 1)  # the byte that starts each member's value
-    if value is None or not _VALUE_START[b[value]].all():
-        return False
-    for lead, ok in ((110, lambda x: x == 117), (45, lambda x: (x >= 48) & (x <= 57))):  # n -> u; - -> digit
-        after = value[b[value] == lead] + 1
-        if (after >= len(b)).any() or not ok(b[after]).all():
-            return False
-    before = skip_space(lo + np.flatnonzero(b[lo:hi] == 125), -1)  # the byte before each }
-    return before is not None and not (b[before] == 44).any()
 
 
 def read_verl_jsonl(src: SourceFile):
@@ -143,26 +136,65 @@ def read_verl_jsonl(src: SourceFile):
         return None
     from moeproxy.ingest.preload import import_in_background
 
-    import_in_background()  # pandas and the store load while DuckDB reads
+    import_in_background()  # what storing needs loads while DuckDB reads
     hasher = _Hasher(src)
     hasher.start()
     try:
-        columns = _query(src)
+        read = _query(src)
     finally:
         hasher.join()
     if hasher.error is not None:
         raise hasher.error
-    if columns is None or hasher.digest is None or _identity(src.path) != before:
+    if read is None or hasher.digest is None:
+        return None
+    columns, lines, nonfinite = read
+    steps, counts, codes, names, values = columns
+    # the byte counts a file of ``lines`` records with these key counts has when it holds nothing else
+    n_values, nonempty = int(counts.sum()), len(steps)
+    if hasher.counts != (2 * (n_values + 2 * lines), n_values + 2 * lines, n_values - nonempty + lines):
+        return None
+    if nonfinite and not _plain_literals(src):
+        return None
+    if _identity(src.path) != before:
         return None
     src.parsed_end = src.size
     src.set_sha256(hasher.digest, src.size)
     return columns
 
 
+def _plain_literals(src: SourceFile) -> bool:
+    """Whether every value literal of the file is one Python's json reads as DuckDB does (the bytes
+    read again: the file's identity is compared after)."""
+    with src.open_checked() as fh:
+        try:
+            data = mmap.mmap(fh.fileno(), src.size, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # shrunk meanwhile
+            return False
+        with data:
+            return _BAD_LITERAL.search(data) is None
+
+
+def _numbers(array) -> np.ndarray:
+    """An Arrow array of integers or floats as numpy, nulls as NaN, read from its buffers (Arrow's
+    ``to_numpy`` imports pandas, which ingest otherwise does without)."""
+    import pyarrow as pa
+
+    dtype = np.float64 if pa.types.is_floating(array.type) else np.dtype(f"int{array.type.bit_width}")
+    validity, data = array.buffers()[:2]
+    out = np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * np.dtype(dtype).itemsize)
+    if array.null_count:
+        bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=array.offset + len(array), bitorder="little")
+        out = np.where(bits[array.offset:].astype(bool), out, np.nan)
+    return out
+
+
 def _query(src: SourceFile):
+    """((steps, counts, codes, names, values), lines read, whether a value that is not null came
+    back NaN or +-inf), or None."""
     import duckdb
     import orjson
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     con = duckdb.connect()
     try:
@@ -170,38 +202,54 @@ def _query(src: SourceFile):
         reader = con.sql(QUERY, params={"path": str(src.path), "max_line": MAX_LINE}).to_arrow_reader(1 << 16)
         steps, counts, values, layout_of = [], [], [], []
         layouts: dict[str, int] = {}
+        nonfinite = False
         for batch in reader:
-            ok = batch.column(0).to_numpy(zero_copy_only=False)
-            if not ok.all():
+            if not batch.num_rows:
+                continue
+            ok = batch.column(0)
+            if ok.false_count or ok.null_count:
                 return None
-            steps.append(batch.column(1).to_numpy())
+            steps.append(_numbers(batch.column(1)))
             lists = batch.column(3)
-            offsets = lists.offsets.to_numpy()
+            offsets = _numbers(lists.offsets)
             counts.append(np.diff(offsets))
-            values.append(lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-                          .to_numpy(zero_copy_only=False))
-            layout_of.append(np.fromiter((layouts.setdefault(k, len(layouts)) for k in batch.column(2).to_pylist()),
-                                         dtype=np.int64, count=batch.num_rows))
-    except (duckdb.Error, pa.ArrowException, OSError):  # a reading error comes through Arrow's reader as OSError
+            flat = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+            v = _numbers(flat)  # nulls as NaN
+            values.append(v)
+            if not nonfinite and len(v) - int(np.count_nonzero(np.isfinite(v))) > flat.null_count:
+                nonfinite = True
+            keys = pc.dictionary_encode(batch.column(2))
+            remap = np.fromiter((layouts.setdefault(k, len(layouts)) for k in keys.dictionary.to_pylist()),
+                                dtype=np.int64, count=len(keys.dictionary))
+            layout_of.append(remap[_numbers(keys.indices)])
+    # a reading error comes through Arrow's reader as OSError; DuckDB's message, when it cuts a line's
+    # text inside a UTF-8 sequence, as UnicodeDecodeError
+    except (duckdb.Error, pa.ArrowException, OSError, UnicodeDecodeError):
         return None
     finally:
         con.close()
     if not steps:
         return None
-    names: list[str] = []
     index: dict[str, int] = {}
     layout_codes = []
-    for keys in layouts:
-        layout_codes.append(np.asarray([index.setdefault(k, len(index)) for k in orjson.loads(keys)], dtype=np.int32))
+    for text in layouts:
+        try:
+            keys = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return None
+        if len(set(keys)) != len(keys):  # a key given twice: the careful path keeps one
+            return None
+        layout_codes.append(np.asarray([index.setdefault(k, len(index)) for k in keys], dtype=np.int32))
     names = list(index)
     layout_of = np.concatenate(layout_of)
     counts = np.concatenate(counts).astype(np.int64)
+    lines = len(counts)
     if len(layout_codes) == 1:
-        codes = np.tile(layout_codes[0], len(layout_of))
+        codes = np.tile(layout_codes[0], lines)
     else:
-        codes = np.concatenate([layout_codes[k] for k in layout_of.tolist()]) if len(layout_of) else np.empty(0, np.int32)
+        codes = np.concatenate([layout_codes[k] for k in layout_of.tolist()])
     values = np.concatenate(values).astype(np.float64, copy=False)
     steps = np.concatenate(steps).astype(np.int64)
     if not counts.all():  # ``"data": {}`` is no record (as LogTable.add skips it)
         steps, counts = steps[counts > 0], counts[counts > 0]
-    return steps, counts, codes, names, values
+    return (steps, counts, codes, names, values), lines, nonfinite
