@@ -97,12 +97,12 @@ class Columns:
 
         return pd.DataFrame(
             {
-                "step": self.step,
+                "step": _own(self.step),
                 "metric": pd.Categorical.from_codes(self.code, categories=self.names),
-                "value": self.value,
-                "attempt": self.attempt,
-                "rank": self.rank,
-                "wall_time": self.wall_time,
+                "value": _own(self.value),
+                "attempt": _own(self.attempt),
+                "rank": _own(self.rank),
+                "wall_time": _own(self.wall_time),
             },
             copy=False,
         )
@@ -124,6 +124,11 @@ class Columns:
                    column("attempt", np.int32, 0), column("rank", np.int32, -1), column("wall_time", np.float64, np.nan))
 
 
+def _own(column: np.ndarray) -> np.ndarray:
+    """A column a DataFrame may write to: a constant's read-only view filled out."""
+    return column if column.flags.writeable else np.array(column)
+
+
 def as_columns(rows) -> Columns:
     """``rows`` (Columns or a long DataFrame) as Columns."""
     return rows if isinstance(rows, Columns) else Columns.from_frame(rows)
@@ -132,6 +137,8 @@ def as_columns(rows) -> Columns:
 def _distinct(values: np.ndarray) -> int:
     """The number of distinct integers: by marking a range when they span a short one (linear),
     else by sorting."""
+    if values.strides == (0,):  # a constant's view
+        return 1
     low, high = int(values.min()), int(values.max())
     if high - low < 4 * len(values) + 1024:
         seen = np.zeros(high - low + 1, dtype=bool)
@@ -160,23 +167,15 @@ def arrow_strings(texts: list[str]):
     return pa.Array.from_buffers(pa.large_string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
-def numpy_of(array, dtype) -> np.ndarray:
-    """An Arrow array of fixed-width numbers (or a list array's offsets, ``dtype`` int32) as numpy,
-    read from its buffers (``to_numpy`` imports pandas); a null is NaN in a float array, and an
-    error in an integer one."""
-    buffers = array.buffers()
-    size = len(array) + (1 if _is_list(array) else 0)
-    data = np.frombuffer(buffers[1], dtype=dtype, count=array.offset + size)[array.offset:]
-    if array.null_count and not _is_list(array):
-        if not np.issubdtype(dtype, np.floating):
-            raise ValueError("null in an integer column")
-        valid = np.unpackbits(np.frombuffer(buffers[0], np.uint8), bitorder="little",
-                              count=array.offset + len(array))[array.offset:].astype(bool)
-        data = np.where(valid, data, np.nan)
-    return data
-
-
-def _is_list(array) -> bool:
+def numpy_of(array) -> np.ndarray:
+    """An Arrow array of integers or floats as numpy, read from its buffers (Arrow's ``to_numpy``
+    imports pandas); a null is NaN (the integers then come back as floats)."""
     import pyarrow as pa
 
-    return pa.types.is_list(array.type)
+    dtype = np.dtype(np.float64) if pa.types.is_floating(array.type) else np.dtype(f"int{array.type.bit_width}")
+    validity, data = array.buffers()[:2]
+    out = np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    if array.null_count:
+        bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=array.offset + len(array), bitorder="little")
+        out = np.where(bits[array.offset:].astype(bool), out, np.nan)
+    return out

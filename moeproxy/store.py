@@ -743,6 +743,8 @@ class Transaction:
 def _constant(values: np.ndarray):
     """The one value a column holds throughout (NaN as the text 'nan', which DuckDB casts), or None."""
     first = values[0]
+    if values.strides == (0,):  # a constant's view (moeproxy.ingest.table._per_value)
+        return "nan" if first != first else first.item()
     if first != first:
         return "nan" if bool(np.all(values != values)) else None
     return first.item() if bool(np.all(values == first)) else None

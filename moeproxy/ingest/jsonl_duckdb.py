@@ -45,18 +45,22 @@ import threading
 
 import numpy as np
 
+from moeproxy.columns import numpy_of as _numbers
 from moeproxy.ingest.source import SourceFile
 
 # smaller files are read by the careful path: starting DuckDB costs more than it saves there
 MIN_BYTES = 4 << 20
 MAX_LINE = 16 << 20
 CHUNK = 8 << 20
+BATCH_ROWS = 2048  # lines per Arrow batch: small, so that DuckDB's results do not pile up
+HEAD_LAYOUTS = 32  # key lists taken from the head's lines; a line of another gives its keys as text
 
 QUERY = """
 SELECT coalesce(json_type(step) IN ('UBIGINT', 'BIGINT') AND TRY_CAST(step AS BIGINT) IS NOT NULL
                 AND starts_with(data::VARCHAR, '{'), false) AS ok,
        TRY_CAST(step AS BIGINT) AS step,
-       to_json(json_keys(data))::VARCHAR AS keys,
+       list_position(CAST($layouts AS VARCHAR[][]), json_keys(data)) AS layout,
+       CASE WHEN layout IS NULL THEN to_json(json_keys(data))::VARCHAR END AS keys,
        CAST(json_extract(data, '$.*') AS DOUBLE[]) AS v
 FROM read_json($path, columns = {'step': 'JSON', 'data': 'JSON'},
                format = 'newline_delimited', maximum_object_size = $max_line)
@@ -174,18 +178,30 @@ def _plain_literals(src: SourceFile) -> bool:
             return _BAD_LITERAL.search(data) is None
 
 
-def _numbers(array) -> np.ndarray:
-    """An Arrow array of integers or floats as numpy, nulls as NaN, read from its buffers (Arrow's
-    ``to_numpy`` imports pandas, which ingest otherwise does without)."""
-    import pyarrow as pa
+def _head_layouts(src: SourceFile) -> list[list[str]]:
+    """The distinct key lists of ``data`` in the head's complete lines (at most ``HEAD_LAYOUTS``):
+    DuckDB compares each line's keys with them, so a line of a known list sends no key text back.
+    What the head holds does not matter for correctness: an unknown list comes back as text."""
+    import orjson
 
-    dtype = np.float64 if pa.types.is_floating(array.type) else np.dtype(f"int{array.type.bit_width}")
-    validity, data = array.buffers()[:2]
-    out = np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * np.dtype(dtype).itemsize)
-    if array.null_count:
-        bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=array.offset + len(array), bitorder="little")
-        out = np.where(bits[array.offset:].astype(bool), out, np.nan)
-    return out
+    seen: dict[tuple, None] = {}
+    for line in src.head.split(b"\n")[:-1]:
+        try:
+            data = orjson.loads(line).get("data")
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(data, dict) and data:
+            seen.setdefault(tuple(data), None)
+            if len(seen) >= HEAD_LAYOUTS:
+                break
+    return [list(keys) for keys in seen]
+
+
+def _positions(array) -> tuple[np.ndarray, bool]:
+    """The positions ``list_position`` gave (int64, null as 0) and whether any was null."""
+    if not array.null_count:
+        return _numbers(array).astype(np.int64), False
+    return _numbers(array.fill_null(0)).astype(np.int64), True
 
 
 def _query(src: SourceFile):
@@ -199,9 +215,11 @@ def _query(src: SourceFile):
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
-        reader = con.sql(QUERY, params={"path": str(src.path), "max_line": MAX_LINE}).to_arrow_reader(1 << 16)
+        known = _head_layouts(src)
+        reader = con.sql(QUERY, params={"path": str(src.path), "max_line": MAX_LINE, "layouts": known}
+                         ).to_arrow_reader(BATCH_ROWS)
         steps, counts, values, layout_of = [], [], [], []
-        layouts: dict[str, int] = {}
+        layouts: dict[str, int] = {}  # key lists not in the head: their JSON text -> id (after the known ones)
         nonfinite = False
         for batch in reader:
             if not batch.num_rows:
@@ -210,7 +228,7 @@ def _query(src: SourceFile):
             if ok.false_count or ok.null_count:
                 return None
             steps.append(_numbers(batch.column(1)))
-            lists = batch.column(3)
+            lists = batch.column(4)
             offsets = _numbers(lists.offsets)
             counts.append(np.diff(offsets))
             flat = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
@@ -218,10 +236,14 @@ def _query(src: SourceFile):
             values.append(v)
             if not nonfinite and len(v) - int(np.count_nonzero(np.isfinite(v))) > flat.null_count:
                 nonfinite = True
-            keys = pc.dictionary_encode(batch.column(2))
-            remap = np.fromiter((layouts.setdefault(k, len(layouts)) for k in keys.dictionary.to_pylist()),
-                                dtype=np.int64, count=len(keys.dictionary))
-            layout_of.append(remap[_numbers(keys.indices)])
+            ids, unknown = _positions(batch.column(2))  # 1-based positions in ``known``; 0: not there
+            if unknown:
+                keys = pc.dictionary_encode(batch.column(3))
+                remap = np.fromiter((len(known) + 1 + layouts.setdefault(k, len(layouts))
+                                     for k in keys.dictionary.to_pylist()), dtype=np.int64, count=len(keys.dictionary))
+                indices = _numbers(keys.indices.fill_null(0))
+                ids = np.where(ids == 0, remap[indices] if len(remap) else 0, ids)
+            layout_of.append(ids - 1)
     # a reading error comes through Arrow's reader as OSError; DuckDB's message, when it cuts a line's
     # text inside a UTF-8 sequence, as UnicodeDecodeError
     except (duckdb.Error, pa.ArrowException, OSError, UnicodeDecodeError):
@@ -232,11 +254,12 @@ def _query(src: SourceFile):
         return None
     index: dict[str, int] = {}
     layout_codes = []
-    for text in layouts:
-        try:
-            keys = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return None
+    for keys in known + list(layouts):
+        if isinstance(keys, str):
+            try:
+                keys = orjson.loads(keys)
+            except orjson.JSONDecodeError:
+                return None
         if len(set(keys)) != len(keys):  # a key given twice: the careful path keeps one
             return None
         layout_codes.append(np.asarray([index.setdefault(k, len(index)) for k in keys], dtype=np.int32))

@@ -326,10 +326,11 @@ def build_columns(steps: np.ndarray, ranks: np.ndarray, walls: np.ndarray, count
 
 
 def _per_value(per_record: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """A per-record column repeated for each of the record's values (a constant one filled at once)."""
+    """A per-record column repeated for each of the record's values; a constant one as a read-only
+    view of its one value (no memory: the usual attempt, rank and wall time columns)."""
     first = per_record[0]
     if bool(np.all(per_record == first)) or (first != first and bool(np.all(per_record != per_record))):
-        return np.full(int(counts.sum()), first, per_record.dtype)
+        return np.broadcast_to(per_record[:1], (int(counts.sum()),))
     return np.repeat(per_record, counts)
 
 

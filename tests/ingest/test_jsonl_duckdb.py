@@ -296,3 +296,31 @@ def test_the_byte_counts_hold_across_chunk_boundaries(tmp_path, any_size, monkey
             bad = tmp_path / "bad.jsonl"
             bad.write_bytes(("\n".join(lines[:at] + [bad_line] + lines[at + 1:]) + "\n").encode())
             assert jsonl_duckdb.read_verl_jsonl(open_source(bad)) is None, (at, bad_line)
+
+
+def test_key_lists_first_seen_after_the_head_are_read_by_their_text(tmp_path, any_size, monkeypatch):
+    """The head's key lists are compared in DuckDB; a list that first shows up later (validation
+    metrics from step 3000, a new metric) comes back as text, and a late key given twice still
+    goes to the careful path."""
+    lines = []
+    for step in range(1, 4001):
+        data = {"actor/grad_norm": step * 0.5, "actor/pg_loss": 1.0 / step}
+        if step >= 3000 and step % 10 == 0:
+            data["val/test_score"] = 0.25
+        if step >= 3500:
+            data = {"critic/score/mean": float(step)} | data
+        lines.append(json.dumps({"step": step, "data": data}))
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size > len(open_source(path).head)  # the late lists are past the head
+    fast, careful = _both(path)
+    assert fast is not None
+    _frames_equal(parse_file(path).frame, careful.frame)
+    for head_layouts in (0, 1):  # none known: every list as text; the usual case
+        monkeypatch.setattr(jsonl_duckdb, "HEAD_LAYOUTS", head_layouts or 32)
+        if not head_layouts:
+            monkeypatch.setattr(jsonl_duckdb, "_head_layouts", lambda src: [])
+        _frames_equal(parse_file(path).frame, careful.frame)
+    lines[3900] = '{"step": 3901, "data": {"actor/grad_norm": 1.0, "actor/grad_norm": 2.0, "actor/pg_loss": 0.5}}'
+    path.write_text("\n".join(lines) + "\n")
+    assert jsonl_duckdb.read_verl_jsonl(open_source(path)) is None
