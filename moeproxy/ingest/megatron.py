@@ -227,7 +227,7 @@ PARALLEL_MIN_BYTES = 16 << 20
 # its part back, so it gets a little less to scan, unless the parent still has DuckDB and pyarrow to
 # import (the ingest command): then the child gets more.
 CHILD_SHARE = 0.45
-CHILD_SHARE_COLD = 0.6
+CHILD_SHARE_COLD = 0.5
 
 
 def _parallel_scan(src: SourceFile) -> _Scan | None:
