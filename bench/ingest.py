@@ -11,6 +11,8 @@ fresh process (start-up included) and the reference reader in a fresh process:
   null); reference: DuckDB's fastest native read of that layout, ``read_json(columns={'step':
   'BIGINT', 'data': 'JSON'})`` with ``unnest(json_keys(data))`` and ``unnest(CAST(json_extract(data,
   '$.*') AS DOUBLE[]))``, into a table of a DuckDB file.
+- the same JSONL against a floor: DuckDB's read written straight into moeproxy's 8-column scalars
+  table, with none of ingest's checks, name mapping, attempts or grouping by metric.
 - Megatron text: 200,000 iteration lines x 10 fields = 2M values; reference: DuckDB reading the
   lines (``read_csv`` of one column) and splitting them with ``regexp_extract_all`` into a table.
 
@@ -168,6 +170,24 @@ con.execute(f'''CREATE TABLE t AS SELECT step, unnest(json_keys(data)) AS metric
 print(con.execute("SELECT count(*) FROM t").fetchone()[0])
 """
 
+# The floor under any ingest into moeproxy's store: the same DuckDB read, written straight into a
+# run database's scalars table (moeproxy's schema: 8 columns) with none of ingest's work: no checks
+# (the file's bytes, its hash, what DuckDB reads that Python's json refuses), no names mapped, no
+# attempts numbered, rows not grouped by metric. How far moeproxy is from this is the cost of those.
+DUCKDB_JSON_INTO_STORE = """
+import sys, duckdb
+from moeproxy.store import Store
+path, db = sys.argv[1], sys.argv[2]
+with Store(db).held():
+    pass  # a new run database with moeproxy's schema
+con = duckdb.connect(db)
+con.execute("SET enable_progress_bar = false")
+con.execute(f"INSERT INTO scalars SELECT 1, metric, step, value, 0, -1, CAST('nan' AS DOUBLE), 1 FROM ("
+            "SELECT step, unnest(json_keys(data)) AS metric, unnest(CAST(json_extract(data, '$.*') AS DOUBLE[])) AS value "
+            f"FROM read_json('{path}', columns = {{'step': 'BIGINT', 'data': 'JSON'}}, format = 'newline_delimited'))")
+print(con.execute("SELECT count(*) FROM scalars").fetchone()[0])
+"""
+
 # the fastest of the patterns tried (a leading space instead of a lazy quantifier or \s classes)
 DUCKDB_REGEX = r"""
 import sys, duckdb
@@ -257,6 +277,8 @@ def main() -> None:
             n = write_verl_jsonl(path, args.steps, args.metrics)
             inputs["jsonl"] = (path, n, "DuckDB read_json + json_keys/json_extract",
                                [sys.executable, "-c", DUCKDB_JSON, str(path)], ".duckdb")
+            inputs["jsonl, floor"] = (path, n, "the same read straight into moeproxy's scalars table, no checks",
+                                      [sys.executable, "-c", DUCKDB_JSON_INTO_STORE, str(path)], ".duckdb")
         if "megatron" in formats:
             path = tmp / "megatron_run.log"
             n = write_megatron_log(path, args.iterations)
@@ -278,6 +300,8 @@ def main() -> None:
                     out.unlink()
             if name == "tensorboard":
                 check = check_against_accumulator(db, out)
+            elif name == "jsonl, floor":
+                check = "(a floor: not compared)"
             else:  # Megatron's step time is stored in seconds (the log prints ms): not compared
                 check = check_against_duckdb(db, out, ("elapsed time per iteration (ms)",) if name == "megatron" else ())
             print(f"  values: {check}", flush=True)
