@@ -39,9 +39,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from moeproxy.columns import Columns, arrow_array, arrow_strings, as_columns
 from moeproxy.contracts import GLOBAL_RANK, ROLES  # noqa: F401  (ROLES re-exported)
 from moeproxy.errors import InputError, NotFound, StoreBusy
-from moeproxy.columns import Columns, arrow_array, arrow_strings, as_columns
 from moeproxy.lazy import LazyModule
 
 pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no pandas

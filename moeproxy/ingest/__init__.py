@@ -13,9 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-
-from moeproxy.errors import InputError
 from moeproxy.columns import Columns, as_columns
+from moeproxy.errors import InputError
 from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.names import resolve_names
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
