@@ -176,12 +176,10 @@ print(con.execute("SELECT count(*) FROM t").fetchone()[0])
 # attempts numbered, rows not grouped by metric. How far moeproxy is from this is the cost of those.
 DUCKDB_JSON_INTO_STORE = """
 import sys, duckdb
-from moeproxy.store import Store
-path, db = sys.argv[1], sys.argv[2]
-with Store(db).held():
-    pass  # a new run database with moeproxy's schema
+path, schema, db = sys.argv[1], sys.argv[2], sys.argv[3]
 con = duckdb.connect(db)
 con.execute("SET enable_progress_bar = false")
+con.execute(schema)  # moeproxy's tables, as the store creates them (the text passed in: no moeproxy import)
 con.execute(f"INSERT INTO scalars SELECT 1, metric, step, value, 0, -1, CAST('nan' AS DOUBLE), 1 FROM ("
             "SELECT step, unnest(json_keys(data)) AS metric, unnest(CAST(json_extract(data, '$.*') AS DOUBLE[])) AS value "
             f"FROM read_json('{path}', columns = {{'step': 'BIGINT', 'data': 'JSON'}}, format = 'newline_delimited'))")
@@ -242,6 +240,12 @@ def check_against_accumulator(ours: Path, dump: Path) -> str:
     return f"{'identical' if same else 'DIFFERENT'} ({len(mine['step']):,} vs {len(order):,} values, steps and wall times)"
 
 
+def _store_schema() -> str:
+    from moeproxy.store import _SCHEMA  # the SQL that creates a run database's tables
+
+    return _SCHEMA
+
+
 def _size(path: Path) -> float:
     return sum(f.stat().st_size for f in ([path] if path.is_file() else path.iterdir())) / 2**20
 
@@ -259,6 +263,7 @@ def main() -> None:
     args = parser.parse_args()
     formats = args.formats.split(",")
     moeproxy = [sys.executable, "-m", "moeproxy", "ingest"]
+
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         tmp = Path(tmp)
@@ -278,7 +283,7 @@ def main() -> None:
             inputs["jsonl"] = (path, n, "DuckDB read_json + json_keys/json_extract",
                                [sys.executable, "-c", DUCKDB_JSON, str(path)], ".duckdb")
             inputs["jsonl, floor"] = (path, n, "the same read straight into moeproxy's scalars table, no checks",
-                                      [sys.executable, "-c", DUCKDB_JSON_INTO_STORE, str(path)], ".duckdb")
+                                      [sys.executable, "-c", DUCKDB_JSON_INTO_STORE, str(path), _store_schema()], ".duckdb")
         if "megatron" in formats:
             path = tmp / "megatron_run.log"
             n = write_megatron_log(path, args.iterations)
