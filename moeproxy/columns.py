@@ -17,9 +17,6 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-FRAME_COLUMNS = ("step", "metric", "value", "attempt", "rank", "wall_time")
-
-
 @dataclass
 class Columns:
     step: np.ndarray  # int64
@@ -72,17 +69,6 @@ class Columns:
                 new_names.append(target)
         code = self.code if np.array_equal(recode, np.arange(len(self.names))) else recode[self.code]
         return Columns(self.step, code, new_names, self.value, self.attempt, self.rank, self.wall_time)
-
-    def concat(self, other: "Columns") -> "Columns":
-        """These rows, then ``other``'s (its names joined to these)."""
-        merged = self.renamed({})
-        index = {name: i for i, name in enumerate(merged.names)}
-        recode = np.asarray([index.setdefault(n, len(index)) for n in other.names], np.int32)
-        names = list(index)
-        return Columns(np.concatenate([self.step, other.step]),
-                       np.concatenate([merged.code, recode[other.code] if len(other.names) else other.code]), names,
-                       np.concatenate([self.value, other.value]), np.concatenate([self.attempt, other.attempt]),
-                       np.concatenate([self.rank, other.rank]), np.concatenate([self.wall_time, other.wall_time]))
 
     def counts(self) -> dict[str, int]:
         """rows, steps, metrics, nonfinite and attempts, as an ingest summary states them."""

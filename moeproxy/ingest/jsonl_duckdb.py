@@ -1,12 +1,14 @@
 """verl file-logger JSONL parsed by DuckDB's JSON reader: the fast path of ``verl-jsonl``.
 
 One streaming query reads ``{"step": N, "data": {...}}`` lines with ``read_json`` into, per line,
-the step, the JSON text of ``data``'s key list and the list of its values (``data`` read as JSON,
+the step, which of the head's key lists ``data`` has (or, for a list the head does not show, its
+JSON text) and the list of its values (``data`` read as JSON,
 its values cast to DOUBLE: JSON null is NULL, stored as NaN; true/false are 1.0/0.0 as
 ``float(bool)``; numbers are parsed by DuckDB, which reads them whole and correctly rounded,
 ``1e400`` as inf as ``float()`` does). Lines come back in file order; each distinct key list is
-decoded once (the per-line texts are grouped by Arrow's dictionary encoding, which compares them
-whole), so no metric name crosses into Python per value. The sha256, the check for NUL bytes and
+decoded once (DuckDB compares each line's keys with the head's lists; texts of other lists are
+grouped by Arrow's dictionary encoding, which compares them whole), so no metric name crosses into
+Python per value. The sha256, the check for NUL bytes and
 the byte counts below run over the same bytes in a thread meanwhile.
 
 DuckDB and the careful path (``jsonl.parse_verl_jsonl_line_by_line``) differ at the edges, so this

@@ -1,9 +1,10 @@
-"""Imports that storing a parse will need (pandas, pyarrow, the DuckDB store), started in a thread
+"""Imports that storing a parse will need (pyarrow, the DuckDB store), started in a thread
 while a parser works in numpy or in DuckDB (both release the GIL for their heavy work), so that the
 one-shot ``moeproxy ingest`` does not wait for them after the parse.
 
 Start-up of ``moeproxy ingest`` imports the CLI's ingest command, the format sniffers and the
-modules of the format detected; pandas, pyarrow and the store come in this thread. Only parsers
+modules of the format detected; pyarrow and the store come in this thread (pandas never: parsed
+rows are stored from numpy columns). Only parsers
 that fork no process of their own start it (a child forked while another thread imports could
 inherit a held import lock); the Megatron reader overlaps the same imports with its forked half
 instead. Where the modules are loaded already (a long-lived process), nothing starts.
@@ -19,7 +20,8 @@ FOR_STORING = ("pyarrow", "moeproxy.store", "moeproxy.ingest.derive")
 _started = False
 
 
-def _load(names: tuple[str, ...]) -> None:
+def load(names: tuple[str, ...] = FOR_STORING) -> None:
+    """Import ``names`` here and now (an import that fails is raised again by the code that needs it)."""
     for name in names:
         try:
             importlib.import_module(name)
@@ -32,4 +34,4 @@ def import_in_background(names: tuple[str, ...] = FOR_STORING) -> None:
     if _started or all(name in sys.modules for name in names):
         return
     _started = True
-    threading.Thread(target=_load, args=(names,), name="moeproxy-preload", daemon=True).start()
+    threading.Thread(target=load, args=(names,), name="moeproxy-preload", daemon=True).start()

@@ -58,10 +58,6 @@ class Chunk:
     warnings: list[str] = field(default_factory=list)
     more: bool = False  # the file held more bytes than one look reads
 
-    @property
-    def frame(self):
-        return self.parsed.frame if self.parsed is not None else None
-
     def sha256(self) -> str:
         h = self.file.hasher.copy()
         h.update(self.data)
