@@ -583,15 +583,17 @@ class Transaction:
         if int(rows.step.min()) > int(last_step):  # only new steps (a log that grew): no repeat
             return int(latest)
         keys = pa.table({"metric": _metric_array(rows), "rank": arrow_array(rows.rank), "step": arrow_array(rows.step)})
-        self.con.register("new_keys", keys)
-        try:
-            overlap = _first(self.con.execute(
-                "SELECT 1 FROM scalars s JOIN new_keys n USING (metric, rank, step) WHERE s.run_id = ? LIMIT 1",
-                [run_id],
-            ))
-        finally:
-            self.con.unregister("new_keys")
+        overlap = self._run_with("new_keys", keys, "SELECT 1 FROM scalars s JOIN new_keys n USING (metric, rank, step) "
+                                 "WHERE s.run_id = ? LIMIT 1", [run_id])
         return int(latest) + 1 if overlap else int(latest)
+
+    def _run_with(self, name: str, table: pa.Table, sql: str, params: list | dict | None = None) -> list:
+        """The rows of ``sql`` run with the Arrow ``table`` visible as ``name`` (for that statement only)."""
+        self.con.register(name, table)
+        try:
+            return self.con.execute(sql, params or []).fetchall()
+        finally:
+            self.con.unregister(name)
 
     def add_findings(self, run_id: int, result: dict, detector_version: str) -> None:
         self.con.execute(
@@ -643,9 +645,7 @@ class Transaction:
             table = pa.table({"run_id": arrow_array(np.asarray([r[0] for r in rows], np.int32)),
                               "metric": arrow_strings([r[1] for r in rows]),
                               "original": arrow_strings([r[2] for r in rows])})
-            self.con.register("new_names", table)
-            self.con.execute("INSERT INTO metric_names SELECT run_id, metric, original FROM new_names")
-            self.con.unregister("new_names")
+            self._run_with("new_names", table, "INSERT INTO metric_names SELECT run_id, metric, original FROM new_names")
 
     def add_scalars(self, run_id: int, source_id: int, rows) -> None:
         """Bulk insert of rows (Columns or a long DataFrame) through Arrow (keeps NaN as NaN),
@@ -692,33 +692,26 @@ class Transaction:
                 columns[name] = arrow_array(order(values))
                 select[name] = name
         columns["metric"] = pa.DictionaryArray.from_arrays(arrow_array(order(code)), arrow_strings(names))
-        self.con.register("new_scalars", pa.table(columns))
-        try:
-            self.con.execute(
-                f"INSERT INTO scalars SELECT {select['run_id']}, CAST(metric AS VARCHAR), {select['step']}, "
-                f"{select['value']}, {select['attempt']}, {select['rank']}, {select['wall_time']}, {select['source_id']} "
-                "FROM new_scalars", params)
-        finally:
-            self.con.unregister("new_scalars")
+        self._run_with("new_scalars", pa.table(columns),
+                       f"INSERT INTO scalars SELECT {select['run_id']}, CAST(metric AS VARCHAR), {select['step']}, "
+                       f"{select['value']}, {select['attempt']}, {select['rank']}, {select['wall_time']}, "
+                       f"{select['source_id']} FROM new_scalars", params)
 
     def update_watched(self, totals: list[dict], positions: list[dict]) -> None:
         """Sources' running totals and watched files' positions (rows that exist), two statements."""
-        if totals:
-            columns = ("source_id", "sha256", "rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines", "bytes")
-            self.con.register("source_totals", pa.table({c: [t[c] for t in totals] for c in columns}))
-            try:
-                self.con.execute(f"UPDATE sources SET {', '.join(f'{c} = t.{c}' for c in columns[1:])}, ingested_at = ? "
-                                 "FROM source_totals t WHERE sources.source_id = t.source_id", [_now()])
-            finally:
-                self.con.unregister("source_totals")
-        if positions:
-            columns = ("source_id", "path", "device", "inode", "position", "lines", "index_base")
-            self.con.register("watch_positions", pa.table({c: [p[c] for p in positions] for c in columns}))
-            try:
-                self.con.execute(f"UPDATE watch_files SET {', '.join(f'{c} = p.{c}' for c in columns[1:])}, updated_at = ? "
-                                 "FROM watch_positions p WHERE watch_files.source_id = p.source_id", [_now()])
-            finally:
-                self.con.unregister("watch_positions")
+        self._update("sources", totals, ("source_id", "sha256", "rows", "steps", "metrics", "nonfinite", "attempts",
+                                         "skipped_lines", "bytes"), stamp="ingested_at")
+        self._update("watch_files", positions, ("source_id", "path", "device", "inode", "position", "lines",
+                                                "index_base"), stamp="updated_at")
+
+    def _update(self, table: str, rows: list[dict], columns: tuple[str, ...], stamp: str) -> None:
+        """One UPDATE of ``table``'s rows matched on ``columns[0]``: the other columns from ``rows``, and
+        ``stamp`` set to now."""
+        if rows:
+            key, sets = columns[0], ", ".join(f"{c} = n.{c}" for c in columns[1:])
+            self._run_with("new_values", pa.table({c: [r[c] for r in rows] for c in columns}),
+                           f"UPDATE {table} SET {sets}, {stamp} = ? FROM new_values n WHERE {table}.{key} = n.{key}",
+                           [_now()])
 
     def add_routing(self, run_id: int, source_id: int, frame: pd.DataFrame | None) -> None:
         if frame is None or frame.empty:
@@ -733,11 +726,7 @@ class Transaction:
             "attempt": pa.array(frame["attempt"].to_numpy(np.int32)),
             "source_id": pa.array(np.full(n, source_id, np.int32)),
         })
-        self.con.register("new_routing", table)
-        try:
-            self.con.execute("INSERT INTO routing SELECT * FROM new_routing")
-        finally:
-            self.con.unregister("new_routing")
+        self._run_with("new_routing", table, "INSERT INTO routing SELECT * FROM new_routing")
 
 
 def _constant(values: np.ndarray):
