@@ -3,6 +3,7 @@ is read without a traceback, and every label names where its log comes from."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,9 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "fixtures" / "real"
-sys.path.insert(0, str(ROOT / "bench"))
-
-from real_logs import evaluate, load_labels  # noqa: E402
+# bench/real_logs.py by its path: bench/ on sys.path would shadow the dashboard package with bench/dashboard.py
+_spec = importlib.util.spec_from_file_location("bench_real_logs", ROOT / "bench" / "real_logs.py")
+real_logs = sys.modules["bench_real_logs"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(real_logs)
+evaluate, load_labels = real_logs.evaluate, real_logs.load_labels
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ careful path); checksums, cut records and restarts as the README promises."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -286,8 +286,11 @@ def test_the_bench_writer_writes_what_tensorboardx_writes(tmp_path):
     """bench/ingest.py writes its large event file itself (tensorboardX takes minutes for 2M
     scalars); it must be byte for byte what tensorboardX writes."""
     tbx = pytest.importorskip("tensorboardX")
-    sys.path.insert(0, str(ROOT / "bench"))
-    from ingest import write_event_file
+    # bench/ingest.py by its path: bench/ on sys.path would shadow the dashboard package with bench/dashboard.py
+    spec = importlib.util.spec_from_file_location("bench_ingest", ROOT / "bench" / "ingest.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    write_event_file = bench.write_event_file
 
     tags = ["train/a", "train/bb"]
     value_of = lambda step, i: math.sin(step + i)  # noqa: E731
