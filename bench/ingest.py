@@ -13,6 +13,11 @@ fresh process (start-up included) and the reference reader in a fresh process:
   '$.*') AS DOUBLE[]))``, into a table of a DuckDB file.
 - the same JSONL against a floor: DuckDB's read written straight into moeproxy's 8-column scalars
   table, with none of ingest's checks, name mapping, attempts or grouping by metric.
+- the same JSONL against the same job done in DuckDB: the reference read, its table written grouped
+  by metric in log order (``ORDER BY metric, step``; the generated steps only increase), as moeproxy
+  stores it so that reading one series skips the other metrics' row groups. For the three JSONL
+  tables and moeproxy's, the time to read one series back is printed too (median over reads of 9
+  metrics, each 3 times, in a fresh read-only connection).
 - Megatron text: 200,000 iteration lines x 10 fields = 2M values; reference: DuckDB reading the
   lines (``read_csv`` of one column) and splitting them with ``regexp_extract_all`` into a table.
 
@@ -186,6 +191,12 @@ con.execute(f"INSERT INTO scalars SELECT 1, metric, step, value, 0, -1, CAST('na
 print(con.execute("SELECT count(*) FROM scalars").fetchone()[0])
 """
 
+# The same job as ingest's write: the reference's table, grouped by metric with log order kept in each
+# (rows sorted by metric, then step: the generated file's steps only increase), the layout that lets
+# a reader of one series skip the other metrics' row groups.
+DUCKDB_JSON_GROUPED = DUCKDB_JSON.replace("format = 'newline_delimited')", "format = 'newline_delimited') ORDER BY metric, step")
+assert DUCKDB_JSON_GROUPED != DUCKDB_JSON
+
 # the fastest of the patterns tried (a leading space instead of a lazy quantifier or \s classes)
 DUCKDB_REGEX = r"""
 import sys, duckdb
@@ -221,6 +232,28 @@ def check_against_duckdb(ours: Path, reference: Path, skip_metrics=()) -> str:
     differ = con.execute(f"SELECT count(*) FROM (({mine}) EXCEPT ALL ({theirs}))").fetchone()[0]
     ok = differ == 0 and n_mine == n_theirs
     return f"{'identical' if ok else 'DIFFERENT'} ({n_mine:,} vs {n_theirs:,} values, {differ} differ)"
+
+
+def series_read_ms(db: Path, table: str, where: str = "") -> float:
+    """Median milliseconds to read one series (step, value) of a stored table: 9 metrics spread over
+    the names, each read 3 times, in a fresh read-only connection after one warm-up read."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        names = [r[0] for r in con.execute(f"SELECT DISTINCT metric FROM {table} ORDER BY metric").fetchall()]
+        picked = names[:: max(1, len(names) // 9)][:9]
+        sql = f"SELECT step, value FROM {table} WHERE {where}metric = ? ORDER BY step"
+        con.execute(sql, [picked[0]]).fetchnumpy()
+        times = []
+        for metric in picked:
+            for _ in range(3):
+                start = time.perf_counter()
+                con.execute(sql, [metric]).fetchnumpy()
+                times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000
+    finally:
+        con.close()
 
 
 def check_against_accumulator(ours: Path, dump: Path) -> str:
@@ -264,7 +297,7 @@ def main() -> None:
     formats = args.formats.split(",")
     moeproxy = [sys.executable, "-m", "moeproxy", "ingest"]
 
-    rows = []
+    rows, reads = [], []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         tmp = Path(tmp)
         inputs = {}
@@ -284,6 +317,8 @@ def main() -> None:
                                [sys.executable, "-c", DUCKDB_JSON, str(path)], ".duckdb")
             inputs["jsonl, floor"] = (path, n, "the same read straight into moeproxy's scalars table, no checks",
                                       [sys.executable, "-c", DUCKDB_JSON_INTO_STORE, str(path), _store_schema()], ".duckdb")
+            inputs["jsonl, same job"] = (path, n, "the same read, its table grouped by metric in log order",
+                                         [sys.executable, "-c", DUCKDB_JSON_GROUPED, str(path)], ".duckdb")
         if "megatron" in formats:
             path = tmp / "megatron_run.log"
             n = write_megatron_log(path, args.iterations)
@@ -310,6 +345,11 @@ def main() -> None:
             else:  # Megatron's step time is stored in seconds (the log prints ms): not compared
                 check = check_against_duckdb(db, out, ("elapsed time per iteration (ms)",) if name == "megatron" else ())
             print(f"  values: {check}", flush=True)
+            if name.startswith("jsonl"):
+                table = "scalars" if name == "jsonl, floor" else "t"
+                reads.append((name, ref_name, series_read_ms(out, table, "run_id = 1 AND " if table == "scalars" else "")))
+                if name == "jsonl":
+                    reads.append(("jsonl", "moeproxy", series_read_ms(db, "scalars", "run_id = 1 AND ")))
 
             def median(runs, k):
                 return statistics.median(r[k] for r in runs)
@@ -323,6 +363,12 @@ def main() -> None:
     for name, n, ref_name, ow, oc, orss, tw, tc, trss, check in rows:
         print(f"| {name} | {n / 1e6:.1f}M | {ow:.2f} s ({oc:.2f}) | {tw:.2f} s ({tc:.2f}) | {ref_name} | "
               f"{ow / tw:.2f}x | {oc / tc:.2f}x | {orss:.0f} / {trss:.0f} MiB | {check} |")
+    if reads:
+        print("\nreading one series back from what was stored (median of 27 reads: 9 metrics x 3)")
+        print("| table | written by | one series |")
+        print("|---|---|---|")
+        for name, writer, ms in reads:
+            print(f"| {name} | {writer} | {ms:.1f} ms |")
 
 
 if __name__ == "__main__":
