@@ -220,11 +220,32 @@ def triage_figure(series: pd.DataFrame, metrics: list[str], findings: dict | Non
             _add_metric_traces(fig, frame, row, name=metric, colour=RUN_COLOURS["full"], smoothing=smoothing,
                                log_axis=log_axis)
         if log_axis:
-            fig.update_yaxes(type="log", row=row, col=1)
+            drawn = [frame.loc[frame["kind"] == "finite", "value"]]
+            if band is not None and not band.empty:
+                drawn += [band["p05"], band["p95"]]
+            fig.update_yaxes(type="log", row=row, col=1, **_log_ticks(*drawn))
     _add_findings(fig, findings)
     fig.update_xaxes(title_text="step", row=len(metrics), col=1)
     _layout(fig, title, rows=len(metrics))
     return fig
+
+
+def _log_ticks(*values) -> dict:
+    """Tick settings for a log y axis over these values (the positive finite ones count). Plotly
+    labels every digit when the axis spans a decade or two, and on a panel a hundred-odd pixels
+    tall those labels overlap; so: 1-2-5 within three decades, each power of ten within eight,
+    every k-th power beyond. Under 0.6 of a decade Plotly's own (linear-looking) ticks are kept."""
+    arrays = [np.asarray(v, dtype=np.float64).ravel() for v in values]
+    positive = np.concatenate(arrays) if arrays else np.empty(0)
+    positive = positive[np.isfinite(positive) & (positive > 0)]
+    if positive.size == 0:
+        return {}
+    decades = float(np.log10(positive.max()) - np.log10(positive.min()))
+    if decades < 0.6:
+        return {}
+    if decades <= 3:
+        return {"dtick": "D2"}
+    return {"dtick": 1 if decades <= 8 else math.ceil(decades / 6), "exponentformat": "power"}
 
 
 def _log_axis_possible(frame: pd.DataFrame) -> bool:
@@ -300,7 +321,8 @@ def compare_figure(full: pd.DataFrame, proxy: pd.DataFrame, metrics: list[str], 
                                smoothing=smoothing, log_axis=metric in LOG_AXIS_METRICS,
                                show_legend=row == 1, legend_group=label, marker_bounds=shared_bounds)
         if log_axis:
-            fig.update_yaxes(type="log", row=row, col=1)
+            fig.update_yaxes(type="log", row=row, col=1,
+                             **_log_ticks(both.loc[both["kind"] == "finite", "value"]))
     for row, (findings, last, label, colour) in enumerate(
             ((full_findings, full_last_step, names[0], RUN_COLOURS["full"]),
              (proxy_findings, proxy_last_step, names[1], RUN_COLOURS["proxy"]))):

@@ -89,6 +89,25 @@ def test_compare_by_fraction_and_step():
         align_steps(full, 100, "time")
 
 
+@pytest.mark.parametrize(("low", "high", "dtick"), [(6.0, 16.0, None),  # under a decade: Plotly's own ticks
+                                                     (0.6, 12.0, "D2"),  # a decade or two: 1-2-5, not every digit
+                                                     (1e-2, 1e5, 1),  # seven decades: each power of ten
+                                                     (1e-3, 1e30, 6)])  # an overflow's climb: every 6th power
+def test_log_grad_norm_axis_labels_do_not_crowd(low, high, dtick):
+    grad = np.geomspace(low, high, 60)
+    fig = triage_figure(downsampled("grad_norm", np.append(grad, math.nan)), ["grad_norm"])
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == dtick
+    full, proxy = downsampled("grad_norm", grad), downsampled("grad_norm", grad[:30])
+    assert compare_figure(full, proxy, ["grad_norm"]).layout.yaxis.dtick == dtick  # the range of both runs
+
+
+def test_triage_log_ticks_cover_the_healthy_band():
+    band = pd.DataFrame({"position": [1.0, 60.0], "p05": [1e-3, 1e-3], "p95": [1e3, 1e3], "median": [1.0, 1.0],
+                         "runs": [3, 3]})
+    fig = triage_figure(downsampled("grad_norm", np.linspace(6, 16, 60)), ["grad_norm"], bands={"grad_norm": band})
+    assert fig.layout.yaxis.dtick == 1  # six decades drawn (the band), not the run's own 0.4
+
+
 def test_heatmap_orders_layers_numerically():
     heat = pd.DataFrame({"metric": [f"routing_entropy/layer_{i}" for i in (10, 2, 0)] * 2,
                          "bucket": [0, 0, 0, 1, 1, 1], "step": [1, 1, 1, 50, 50, 50],
