@@ -101,8 +101,6 @@ else:
                                 "onset_step": st.column_config.NumberColumn("onset step"),
                                 "live": st.column_config.TextColumn("watch", help="live: a `moeproxy watch` "
                                                                     "stored rows of this run in the last minute")})
-    st.markdown("  ".join(f"**{md_code(r.run)}** {verdict_badge(r.verdict if isinstance(r.verdict, str) else None)}"
-                          for r in table.itertuples()))
     show_glance(db, version, table)
 
 st.subheader("Ingest logs")

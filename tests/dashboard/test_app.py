@@ -6,6 +6,7 @@ import json
 
 from synthetic_runs import write_run_log
 
+from moeproxy.diagnose import CATEGORIES
 from moeproxy.store import Store
 
 
@@ -29,8 +30,9 @@ def test_first_start_loads_the_demo_runs(app, app_env):
     assert runs["run"].tolist() == ["demo-full", "demo-proxy"]
     assert runs.set_index("run").loc["demo-proxy", "proxy_of"] == "demo-full"
     assert runs["verdict"].notna().all()
-    badges = " ".join(m.value for m in app.markdown)
-    assert "**`demo-full`** :" in badges and "-badge[" in badges  # run names as code spans, never Markdown
+    badges = [m.value for m in app.markdown if "-badge[" in m.value]
+    assert len(badges) == 2 and all(b.split("[")[1].rstrip("]") in CATEGORIES for b in badges)  # each run's verdict
+    assert {"demo-full", "demo-proxy"} <= {t.value for t in app.text}  # run names as text, never Markdown
     assert any("loaded demo runs" in c.value for c in app.sidebar.caption)
 
 

@@ -65,8 +65,8 @@ def test_runs_triage_compare(page, server):
     open_page(page, server, "")  # Runs is the default page, served at /
     sync_api.expect(page.get_by_test_id("stDataFrame")).to_be_visible()  # the runs table (a canvas grid)
     verdicts = re.compile("|".join(CATEGORIES))
-    badges = page.get_by_test_id("stMain").get_by_test_id("stMarkdownContainer").filter(has_text=verdicts)
-    sync_api.expect(badges.first).to_be_visible()  # the verdict badges under the table
+    glance = page.locator(".st-key-glance_0")  # the first run's row "at a glance": its verdict badge
+    sync_api.expect(glance.get_by_test_id("stMarkdownContainer").filter(has_text=verdicts)).to_be_visible()
     shoot(page, "01-runs")
 
     open_page(page, server, "triage")
@@ -154,9 +154,9 @@ def test_hostile_run_names_fetch_nothing(page, server, tmp_path):
         open_page(page, server, "")
         page.wait_for_timeout(1500)
         assert hits == [], hits
-        badges = page.get_by_test_id("stMain").get_by_test_id("stMarkdownContainer")
-        for name in names:  # in the badge line under the table, as typed
-            sync_api.expect(badges.locator("code", has_text=name).first).to_be_visible()
+        rows = page.locator("[class*='st-key-glance_'] [data-testid='stText']")
+        for name in names:  # in the rows "at a glance", as typed
+            sync_api.expect(rows.filter(has_text=name).first).to_have_text(name)
         open_page(page, server, "triage")
         page.wait_for_timeout(1500)
         assert hits == [], hits
