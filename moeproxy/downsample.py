@@ -61,8 +61,8 @@ ORDER BY metric, latest DESC, attempt, step
 """
 
 # The common case (one attempt, global values only), one series at a time: per bucket the first,
-# last, lowest and highest finite point, plus the series' non-finite points. An equality filter on
-# the metric lets DuckDB skip every row group of other series (zone maps); numpy does the rest.
+# last, lowest and highest finite point, plus the series' non-finite points. The metric's row-id range
+# (``_series_ranges``) lets DuckDB skip every row group of other series; numpy does the rest.
 _M4_BUCKETS_SQL = """
 SELECT min(step), arg_min(value, step), max(step), arg_max(value, step),
        arg_min(step, value), min(value), arg_max(step, value), max(value)
@@ -137,7 +137,8 @@ def _metric_params(metrics: list[str], ranges: dict[str, tuple[int, int]] | None
 
 
 # -- where each series lives: a row-id range per (run, metric) -----------------------------------
-# DuckDB keeps min/max statistics of only the first 8 bytes of a string, so ``metric = 'x'`` cannot
+# DuckDB keeps min/max statistics of only a string's first bytes (8 in DuckDB 1.x, 12 in 2.0: the
+# ``perf/metric_`` of ``perf/metric_042``), so ``metric = 'x'`` cannot
 # skip row groups when names share a prefix ('routing_entropy/layer_3', 'actor/pg_...'): it reads
 # every row group of the run. A row-id range can. The ranges of a run (one GROUP BY over the run,
 # about a second for 20 M rows) are kept per (database file, data version, run): every write bumps
