@@ -141,21 +141,6 @@ def _records_to_table(records, table: LogTable) -> bool:
 
 
 def parse_jsonl(src: SourceFile) -> ParsedLog:
-    from moeproxy.ingest.jsonl_duckdb import read_flat_jsonl
-
-    read = read_flat_jsonl(src)  # DuckDB's reader; None: a file only the careful path below reads exactly
-    if read is not None:
-        from moeproxy.ingest.table import build_columns
-
-        (steps, counts, codes, names, values), from_index = read
-        n = len(steps)
-        rows = build_columns(steps, np.full(n, -1, np.int64), np.full(n, np.nan), counts, codes, names, values)
-        return ParsedLog(src.path, "jsonl", guess_framework(names), src.sha256, rows, 0, from_index)
-    return parse_jsonl_line_by_line(src)
-
-
-def parse_jsonl_line_by_line(src: SourceFile) -> ParsedLog:
-    """The careful path of ``jsonl``: each line with orjson, each problem named with its line."""
     table = LogTable()
     records, state = _json_lines(src)
     from_index = _records_to_table((obj for _, obj in records), table)

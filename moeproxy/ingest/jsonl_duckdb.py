@@ -1,16 +1,6 @@
-"""JSON lines parsed by DuckDB's JSON reader: the fast path of ``verl-jsonl`` and of ``jsonl``.
+"""verl file-logger JSONL parsed by DuckDB's JSON reader: the fast path of ``verl-jsonl``.
 
-Two shapes of line: verl's file logger, ``{"step": N, "data": {...}}`` (``read_verl_jsonl``), and
-flat records, ``{"step": N, "loss": ..., ...}`` (``read_flat_jsonl``: HF/TRL/OpenRLHF-style loggers,
-W&B history exports), whose step is the first of ``jsonl.STEP_KEYS`` that holds a number and whose
-other keys are the metrics. Everything below is said of verl's ``data``; for a flat record read
-"the record" (its members, the step keys taken out), with these differences: a record whose first
-step key holds no whole number a float holds exactly (null, NaN, ``2.5``, ``2**60 + 1``: the careful
-path passes it over or refuses it) and a file with ``true`` or ``false`` anywhere in its bytes (a
-boolean step, which the careful path passes over and DuckDB reads as 1.0) go to the careful path;
-a record without any step key takes its index among the records as its step, as there.
-
-One streaming query reads the lines with ``read_json`` (``read_ndjson_objects``) into, per line,
+One streaming query reads ``{"step": N, "data": {...}}`` lines with ``read_json`` into, per line,
 the step, which of the head's key lists ``data`` has (or, for a list the head does not show, its
 JSON text) and the list of its values (``data`` read as JSON,
 its values cast to DOUBLE: JSON null is NULL, stored as NaN; true/false are 1.0/0.0 as
@@ -31,10 +21,10 @@ else, which the careful path then reads or rejects with its own line-numbered me
   a key given twice in ``data`` (the careful path keeps the last value at the first place);
 * what DuckDB reads but Python's json refuses or reads otherwise, found by counting bytes: a
   line of k data keys that holds only what it needs has exactly 2 (k + 2) ``"``, k + 2 ``:`` and
-  max(k - 1, 0) + 1 ``,``; a flat record of k members 2 k, k and max(k - 1, 0) (every such byte
-  outside a string is required by the line's structure, so the file's counts reach these sums
-  only when no line holds more). Any string value (DuckDB casts ``"1.5"``; the careful path parses
-  text with its own rules), any member besides ``step`` and ``data``, a nested object, a trailing comma (``{"a": 1,}``, which DuckDB reads), an escaped quote or a ``:``
+  max(k - 1, 0) + 1 ``,`` (every such byte outside a string is required by the line's structure,
+  so the file's counts reach these sums only when no line holds more). Any string value (DuckDB
+  casts ``"1.5"``; the careful path parses text with its own rules), any member besides ``step``
+  and ``data``, a trailing comma (``{"a": 1,}``, which DuckDB reads), an escaped quote or a ``:``
   or ``,`` in a key makes the counts differ: the careful path, at worst a false alarm. A ``[``
   anywhere (a list) and a ``\\r`` that does not end a line (DuckDB reads it as a space, the careful
   path as a line break) send the file there too;
@@ -54,7 +44,6 @@ import mmap
 import os
 import re
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,16 +66,6 @@ SELECT coalesce(json_type(step) IN ('UBIGINT', 'BIGINT') AND TRY_CAST(step AS BI
        CAST(json_extract(data, '$.*') AS DOUBLE[]) AS v
 FROM read_json($path, columns = {'step': 'JSON', 'data': 'JSON'},
                format = 'newline_delimited', maximum_object_size = $max_line)
-"""
-
-# Flat records: the step is among the values (``_flat_steps`` takes it out).
-FLAT_QUERY = """
-SELECT coalesce(json_type(json) = 'OBJECT', false) AS ok,
-       NULL::BIGINT AS step,
-       list_position(CAST($layouts AS VARCHAR[][]), json_keys(json)) AS layout,
-       CASE WHEN layout IS NULL THEN to_json(json_keys(json))::VARCHAR END AS keys,
-       CAST(json_extract(json, '$.*') AS DOUBLE[]) AS v
-FROM read_ndjson_objects($path, maximum_object_size = $max_line)
 """
 
 # A value literal that Python's json does not read as DuckDB does: after a ``:`` (and JSON
@@ -117,7 +96,6 @@ class _Hasher(threading.Thread):
         self.src = src
         self.digest: str | None = None
         self.counts = (0, 0, 0)  # '"', ':', ','
-        self.booleans = False  # whether ``true`` or ``false`` is anywhere in the bytes
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -127,7 +105,6 @@ class _Hasher(threading.Thread):
             quotes = colons = commas = 0
             cr = crlf = 0
             last = b""  # the previous chunk's last byte (a \r\n across chunks)
-            tail = b""  # the last four bytes before the chunk (a literal across chunks)
             same = np.empty(min(CHUNK, max(left, 1)), dtype=bool)
             with self.src.open_checked() as fh:
                 first = True
@@ -142,11 +119,6 @@ class _Hasher(threading.Thread):
                     if b"\r" in chunk or last == b"\r":
                         cr += chunk.count(b"\r")
                         crlf += chunk.count(b"\r\n") + (last == b"\r" and chunk[:1] == b"\n")
-                    if not self.booleans:  # the previous chunk's end too: a literal cut in two
-                        joined = tail + chunk[:4]
-                        self.booleans = (b"true" in chunk or b"false" in chunk or b"true" in joined
-                                         or b"false" in joined)
-                    tail = chunk[-4:] if len(chunk) >= 4 else (tail + chunk)[-4:]  # the last four bytes read
                     last = chunk[-1:]
                     b = np.frombuffer(chunk, dtype=np.uint8)
                     out = same[:len(b)]
@@ -161,35 +133,8 @@ class _Hasher(threading.Thread):
             self.error = exc
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """One kind of line: its query, the members each line has besides its metrics' (verl: ``step``
-    and ``data``, 2; a flat record: none), the commas between those and the metrics (verl: the one
-    between ``step`` and ``data``), and whether the metrics are the line's own members (flat)."""
-
-    query: str
-    members: int
-    separators: int
-    flat: bool
-
-
-VERL = _Shape(QUERY, 2, 1, False)
-FLAT = _Shape(FLAT_QUERY, 0, 0, True)
-
-
 def read_verl_jsonl(src: SourceFile):
     """(steps, counts, codes, names, values) of a verl JSONL file, or None for the careful path."""
-    read = _read(src, VERL)
-    return None if read is None else read[0]
-
-
-def read_flat_jsonl(src: SourceFile):
-    """((steps, counts, codes, names, values), whether some record's step is its index) of a file
-    of flat JSON records, or None for the careful path (``jsonl.parse_jsonl``)."""
-    return _read(src, FLAT)
-
-
-def _read(src: SourceFile, shape: _Shape):
     if src.encoding != "utf-8" or src.size < MIN_BYTES or not src.ends_with_newline:
         return None
     before = _identity(src.path)
@@ -201,21 +146,18 @@ def _read(src: SourceFile, shape: _Shape):
     hasher = _Hasher(src)
     hasher.start()
     try:
-        read = _query(src, shape)
+        read = _query(src)
     finally:
         hasher.join()
     if hasher.error is not None:
         raise hasher.error
     if read is None or hasher.digest is None:
         return None
-    if shape.flat and hasher.booleans:  # a boolean step: the careful path passes it over, DuckDB reads 1.0
-        return None
-    columns, lines, nonfinite, keys, empty, from_index = read
-    # the byte counts a file of ``lines`` lines of ``keys`` metric keys in all (``empty`` lines with
-    # none) has when it holds nothing else: per line of k keys, 2 (k + members) quotes, k + members
-    # colons, and max(k - 1, 0) + separators commas
-    members = keys + shape.members * lines
-    if hasher.counts != (2 * members, members, keys - lines + empty + shape.separators * lines):
+    columns, lines, nonfinite = read
+    steps, counts, codes, names, values = columns
+    # the byte counts a file of ``lines`` records with these key counts has when it holds nothing else
+    n_values, nonempty = int(counts.sum()), len(steps)
+    if hasher.counts != (2 * (n_values + 2 * lines), n_values + 2 * lines, n_values - nonempty + lines):
         return None
     if nonfinite and not _plain_literals(src):
         return None
@@ -223,7 +165,7 @@ def _read(src: SourceFile, shape: _Shape):
         return None
     src.parsed_end = src.size
     src.set_sha256(hasher.digest, src.size)
-    return columns, from_index
+    return columns
 
 
 def _plain_literals(src: SourceFile) -> bool:
@@ -238,18 +180,16 @@ def _plain_literals(src: SourceFile) -> bool:
             return _BAD_LITERAL.search(data) is None
 
 
-def _head_layouts(src: SourceFile, flat: bool = False) -> list[list[str]]:
-    """The distinct key lists of ``data`` (of the record, ``flat``) in the head's complete lines (at
-    most ``HEAD_LAYOUTS``): DuckDB compares each line's keys with them, so a line of a known list
-    sends no key text back. What the head holds does not matter for correctness: an unknown list
-    comes back as text."""
+def _head_layouts(src: SourceFile) -> list[list[str]]:
+    """The distinct key lists of ``data`` in the head's complete lines (at most ``HEAD_LAYOUTS``):
+    DuckDB compares each line's keys with them, so a line of a known list sends no key text back.
+    What the head holds does not matter for correctness: an unknown list comes back as text."""
     import orjson
 
     seen: dict[tuple, None] = {}
     for line in src.head.split(b"\n")[:-1]:
         try:
-            obj = orjson.loads(line)
-            data = obj if flat else obj.get("data")
+            data = orjson.loads(line).get("data")
         except (orjson.JSONDecodeError, AttributeError):
             continue
         if isinstance(data, dict) and data:
@@ -266,10 +206,9 @@ def _positions(array) -> tuple[np.ndarray, bool]:
     return _numbers(array.fill_null(0)).astype(np.int64), True
 
 
-def _query(src: SourceFile, shape: _Shape = VERL):
+def _query(src: SourceFile):
     """((steps, counts, codes, names, values), lines read, whether a value that is not null came
-    back NaN or +-inf, metric keys read in all, lines with none, whether some record's step is its
-    index), or None."""
+    back NaN or +-inf), or None."""
     import duckdb
     import orjson
     import pyarrow as pa
@@ -278,20 +217,20 @@ def _query(src: SourceFile, shape: _Shape = VERL):
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
-        known = _head_layouts(src, shape.flat)
-        params = {"path": str(src.path), "max_line": MAX_LINE, "layouts": known}
-        reader = con.sql(shape.query, params=params).to_arrow_reader(BATCH_ROWS)
+        known = _head_layouts(src)
+        reader = con.sql(QUERY, params={"path": str(src.path), "max_line": MAX_LINE, "layouts": known}
+                         ).to_arrow_reader(BATCH_ROWS)
         steps, counts, values, layout_of = [], [], [], []
         layouts: dict[str, int] = {}  # key lists not in the head: their JSON text -> id (after the known ones)
         nonfinite = False
         for batch in reader:
             if not batch.num_rows:
                 continue
-            ok = batch.column("ok")
+            ok = batch.column(0)
             if ok.false_count or ok.null_count:
                 return None
-            steps.append(batch.column("step"))
-            lists = batch.column("v")
+            steps.append(_numbers(batch.column(1)))
+            lists = batch.column(4)
             offsets = _numbers(lists.offsets)
             counts.append(np.diff(offsets))
             flat = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
@@ -299,9 +238,9 @@ def _query(src: SourceFile, shape: _Shape = VERL):
             values.append(v)
             if not nonfinite and len(v) - int(np.count_nonzero(np.isfinite(v))) > flat.null_count:
                 nonfinite = True
-            ids, unknown = _positions(batch.column("layout"))  # 1-based positions in ``known``; 0: not there
+            ids, unknown = _positions(batch.column(2))  # 1-based positions in ``known``; 0: not there
             if unknown:
-                keys = pc.dictionary_encode(batch.column("keys"))
+                keys = pc.dictionary_encode(batch.column(3))
                 remap = np.fromiter((len(known) + 1 + layouts.setdefault(k, len(layouts))
                                      for k in keys.dictionary.to_pylist()), dtype=np.int64, count=len(keys.dictionary))
                 indices = _numbers(keys.indices.fill_null(0))
@@ -315,7 +254,8 @@ def _query(src: SourceFile, shape: _Shape = VERL):
         con.close()
     if not steps:
         return None
-    key_lists = []
+    index: dict[str, int] = {}
+    layout_codes = []
     for keys in known + list(layouts):
         if isinstance(keys, str):
             try:
@@ -324,58 +264,17 @@ def _query(src: SourceFile, shape: _Shape = VERL):
                 return None
         if len(set(keys)) != len(keys):  # a key given twice: the careful path keeps one
             return None
-        key_lists.append(keys)
+        layout_codes.append(np.asarray([index.setdefault(k, len(index)) for k in keys], dtype=np.int32))
+    names = list(index)
     layout_of = np.concatenate(layout_of)
     counts = np.concatenate(counts).astype(np.int64)
-    lines, keys_read, empty = len(counts), int(counts.sum()), int(np.count_nonzero(counts == 0))
-    values = np.concatenate(values).astype(np.float64, copy=False)
-    from_index = False
-    if shape.flat:  # the step is among the values: taken out; a record without one is numbered by its index
-        taken = _flat_steps(key_lists, layout_of, counts, values)
-        if taken is None:
-            return None
-        key_lists, steps, counts, values, from_index = taken
-    else:
-        steps = np.concatenate([_numbers(s) for s in steps]).astype(np.int64)
-    index: dict[str, int] = {}
-    layout_codes = [np.asarray([index.setdefault(k, len(index)) for k in keys], dtype=np.int32) for keys in key_lists]
-    names = list(index)
+    lines = len(counts)
     if len(layout_codes) == 1:
         codes = np.tile(layout_codes[0], lines)
     else:
         codes = np.concatenate([layout_codes[k] for k in layout_of.tolist()])
+    values = np.concatenate(values).astype(np.float64, copy=False)
+    steps = np.concatenate(steps).astype(np.int64)
     if not counts.all():  # ``"data": {}`` is no record (as LogTable.add skips it)
         steps, counts = steps[counts > 0], counts[counts > 0]
-    return (steps, counts, codes, names, values), lines, nonfinite, keys_read, empty, from_index
-
-
-def _flat_steps(key_lists: list, layout_of: np.ndarray, counts: np.ndarray, values: np.ndarray):
-    """(key lists without the step keys, steps, value counts, values, whether some record's step is
-    its index) of flat records, as ``jsonl.split_step`` reads them, or None for the careful path: a
-    record whose first step key (in ``STEP_KEYS`` order) holds no whole number a float holds
-    exactly (null, NaN, 2.5, 2**60 + 1), which the careful path passes over or refuses. Booleans,
-    which it passes over and DuckDB reads as 1.0 / 0.0, are kept out by the caller."""
-    from moeproxy.ingest.jsonl import STEP_KEYS
-    from moeproxy.ingest.table import EXACT_FLOAT_INT
-
-    lengths = np.asarray([len(keys) for keys in key_lists], dtype=np.int64)
-    if not np.array_equal(lengths[layout_of], counts):  # a value for each key, as json_keys lists them
-        return None
-    order = {key: i for i, key in enumerate(STEP_KEYS)}
-    first = np.asarray([min(((order[k], i) for i, k in enumerate(keys) if k in order), default=(0, -1))[1]
-                        for keys in key_lists], dtype=np.int64)
-    at = first[layout_of]  # per record, where its step is among its values; -1: it has none
-    stepped = at >= 0
-    starts = np.cumsum(counts) - counts
-    raw = values[(starts + at)[stepped]]
-    if not bool(np.all(np.isfinite(raw) & (raw == np.trunc(raw)) & (np.abs(raw) < EXACT_FLOAT_INT))):
-        return None
-    steps = np.arange(len(counts), dtype=np.int64)
-    steps[stepped] = raw.astype(np.int64)
-    if bool(stepped.any()):
-        keep = [np.asarray([k not in order for k in keys], dtype=bool) for keys in key_lists]
-        values = values[np.tile(keep[0], len(counts)) if len(keep) == 1 else
-                        np.concatenate([keep[k] for k in layout_of.tolist()])]
-        key_lists = [[k for k in keys if k not in order] for keys in key_lists]
-        counts = np.asarray([len(keys) for keys in key_lists], dtype=np.int64)[layout_of]
-    return key_lists, steps, counts, values, not bool(stepped.all())
+    return (steps, counts, codes, names, values), lines, nonfinite

@@ -188,10 +188,10 @@ def test_a_file_that_grows_while_duckdb_reads_it_goes_to_the_careful_path(tmp_pa
     path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(1, 50)))
     query = jsonl_duckdb._query
 
-    def growing(src, shape):
+    def growing(src):
         with open(path, "a") as fh:
             fh.write(json.dumps({"step": 50, "data": {"a": 50}}) + "\n")
-        return query(src, shape)
+        return query(src)
 
     monkeypatch.setattr(jsonl_duckdb, "_query", growing)
     parsed = parse_file(path)
@@ -319,7 +319,7 @@ def test_key_lists_first_seen_after_the_head_are_read_by_their_text(tmp_path, an
     for head_layouts in (0, 1):  # none known: every list as text; the usual case
         monkeypatch.setattr(jsonl_duckdb, "HEAD_LAYOUTS", head_layouts or 32)
         if not head_layouts:
-            monkeypatch.setattr(jsonl_duckdb, "_head_layouts", lambda src, flat: [])
+            monkeypatch.setattr(jsonl_duckdb, "_head_layouts", lambda src: [])
         _frames_equal(parse_file(path).frame, careful.frame)
     lines[3900] = '{"step": 3901, "data": {"actor/grad_norm": 1.0, "actor/grad_norm": 2.0, "actor/pg_loss": 0.5}}'
     path.write_text("\n".join(lines) + "\n")

@@ -43,7 +43,7 @@ def test_ingesting_tensorboard_needs_no_protobuf_library(tmp_path):
 
 
 @pytest.mark.parametrize("size", ["small", "large"])  # large: the parallel scan and the DuckDB read
-def test_ingesting_megatron_verl_and_flat_json_logs_of_any_size_needs_no_pandas(tmp_path, size):
+def test_ingesting_megatron_and_verl_logs_of_any_size_needs_no_pandas(tmp_path, size):
     n = 20 if size == "small" else 120_000
     megatron = tmp_path / "megatron.log"
     with open(megatron, "w") as fh:
@@ -54,11 +54,6 @@ def test_ingesting_megatron_verl_and_flat_json_logs_of_any_size_needs_no_pandas(
     with open(verl, "w") as fh:
         for step in range(1, (n // 4) + 1):
             fh.write(json.dumps({"step": step, "data": {f"perf/m{i}": step * 0.5 + i for i in range(40)}}) + "\n")
-    flat = tmp_path / "flat.jsonl"  # flat records (jsonl): DuckDB's read too when large
-    with open(flat, "w") as fh:
-        for step in range(1, (n // 4) + 1):
-            fh.write(json.dumps({"step": step, "loss": 1.0 / step} | {f"perf/m{i}": step * 0.5 + i for i in range(40)})
-                     + "\n")
-    for path in (megatron, verl, flat):
+    for path in (megatron, verl):
         modules = _modules_after_ingest(path, tmp_path / f"{path.stem}.duckdb")
         assert "pandas" not in modules, path.name
