@@ -40,6 +40,10 @@ def _loads(text: str):
 def flatten(obj: dict, prefix: str = "", out: dict | None = None) -> dict:
     """Nested dicts as one flat dict, keys joined with ``/``, depth first in file order (with a
     stack, not recursion: a hostile file may nest as deep as the JSON parser allows)."""
+    if out is None and not prefix:
+        kinds = set(map(type, obj.values()))  # in C: most records are flat already
+        if dict not in kinds and list not in kinds:
+            return dict(obj)
     out = {} if out is None else out
     stack = [(prefix, iter(obj.items()))]
     while stack:
@@ -61,7 +65,9 @@ def split_step(record: dict) -> tuple[int | float | None, dict]:
     for key in STEP_KEYS:
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
-            metrics = {k: v for k, v in record.items() if k not in STEP_KEYS}
+            metrics = dict(record)  # copied and the step keys popped: in C, where a comprehension is not
+            for step_key in STEP_KEYS:
+                metrics.pop(step_key, None)
             return value, metrics
     return None, record
 
