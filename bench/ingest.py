@@ -1,7 +1,7 @@
 """Ingest speed and memory, each format against its fastest native reader, in one run.
 
 Generates (in a temporary directory; ``--dir`` chooses where: a tmpfs keeps disk writes out of
-the figures) three inputs and times, alternately, ``moeproxy ingest`` into a new DuckDB file in a
+the figures) four inputs and times, alternately, ``moeproxy ingest`` into a new DuckDB file in a
 fresh process (start-up included) and the reference reader in a fresh process:
 
 - TensorBoard: 100,000 steps x 20 tags = 2M scalars in tensorboardX's layout (one event per
@@ -22,6 +22,11 @@ fresh process (start-up included) and the reference reader in a fresh process:
   and moeproxy's, the time to read one series back as the dashboard reads it (within the metric's
   row-id range) is printed too (median over reads of 9 metrics, each 3 times, in a fresh read-only
   connection).
+- flat JSON records (the ``jsonl`` format: HF/TRL-style loggers): 20,000 steps x 200 metrics = 4M
+  values (``{"step": N, "train/loss": ..., ...}``); reference: DuckDB's fastest read of that layout
+  found, ``read_ndjson_objects`` with ``json_keys`` and ``json_extract(json, '$.*')`` in a subquery,
+  unnested, the step key dropped, into a table of a DuckDB file (auto-detected columns and
+  ``UNPIVOT`` took 4.1 s).
 - Megatron text: 200,000 iteration lines x 10 fields = 2M values; reference: DuckDB reading the
   lines (``read_csv`` of one column) and splitting them with ``regexp_extract_all`` into a table.
 
@@ -29,7 +34,11 @@ Each figure is the median of ``--repeat`` runs (wall seconds, CPU seconds of the
 children beside them), with the peak RSS. After the timed runs, the values moeproxy stored are
 compared with the reference's (every value; NaN equal to NaN). Prints one table.
 
-    python bench/ingest.py [--repeat 3] [--formats tensorboard,jsonl,megatron] [--dir /dev/shm]
+    python bench/ingest.py [--repeat 3] [--formats tensorboard,jsonl,records,megatron] [--dir /dev/shm]
+
+To time another checkout (a before and after), run this script from that checkout's directory with
+PYTHONPATH set to it: ``moeproxy ingest`` runs as ``python -m moeproxy``, which puts the working
+directory first on sys.path, ahead of PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -57,6 +66,20 @@ def write_verl_jsonl(path: Path, steps: int, metrics: int) -> int:
             if step % 5000 == 0:
                 data["actor/grad_norm"] = None  # orjson's NaN
             fh.write(json.dumps({"step": step, "data": data}) + "\n")
+    return steps * metrics
+
+
+def write_flat_jsonl(path: Path, steps: int, metrics: int) -> int:
+    """Flat records, as HF/TRL-style loggers write them: ``{"step": N, "train/loss": ..., ...}``."""
+    rng = random.Random(2)
+    names = ["train/loss", "train/grad_norm", "train/learning_rate"]
+    names += [f"train/metric_{i:03d}" for i in range(metrics - len(names))]
+    with open(path, "w") as fh:
+        for step in range(1, steps + 1):
+            record = {"step": step} | {name: rng.random() for name in names}
+            if step % 5000 == 0:
+                record["train/grad_norm"] = None
+            fh.write(json.dumps(record) + "\n")
     return steps * metrics
 
 
@@ -223,6 +246,23 @@ con.execute("CREATE VIEW t AS SELECT metric, step, value FROM scalars")
 print(con.execute("SELECT count(*) FROM t").fetchone()[0])
 """
 
+# Flat records: each line read whole as JSON, its keys and values listed (in a subquery: with the
+# lists unnested in the same SELECT, DuckDB re-reads the line for the step of every value), the
+# step key itself dropped after unnesting.
+DUCKDB_FLAT_JSON = """
+import sys, duckdb
+path, db = sys.argv[1], sys.argv[2]
+con = duckdb.connect(db)
+con.execute("SET enable_progress_bar = false")
+con.execute(f'''CREATE TABLE t AS SELECT step, metric, value FROM (
+    SELECT step, unnest(k) AS metric, unnest(v) AS value FROM (
+        SELECT CAST(json_extract(json, '$.step') AS BIGINT) AS step, json_keys(json) AS k,
+               CAST(json_extract(json, '$.*') AS DOUBLE[]) AS v
+        FROM read_ndjson_objects('{path}')))
+    WHERE metric <> 'step' ''')
+print(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
+"""
+
 # The same job as ingest's write: the reference's table, grouped by metric with log order kept in each
 # (rows sorted by metric, then step: the generated file's steps only increase), the layout that lets
 # a reader of one series skip the other metrics' row groups.
@@ -331,7 +371,7 @@ def main() -> None:
     parser.add_argument("--metrics", type=int, default=200)
     parser.add_argument("--iterations", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side (the median is shown)")
-    parser.add_argument("--formats", default="tensorboard,jsonl,megatron")
+    parser.add_argument("--formats", default="tensorboard,jsonl,records,megatron")
     parser.add_argument("--dir", help="where the inputs and databases go (default: a temporary directory)")
     args = parser.parse_args()
     formats = args.formats.split(",")
@@ -361,6 +401,11 @@ def main() -> None:
                                            [sys.executable, "-c", DUCKDB_TWO_PHASE, str(path), _store_schema()], ".duckdb")
             inputs["jsonl, same job"] = (path, n, "the same read, its table grouped by metric in log order",
                                          [sys.executable, "-c", DUCKDB_JSON_GROUPED, str(path)], ".duckdb")
+        if "records" in formats:
+            path = tmp / "records.jsonl"
+            n = write_flat_jsonl(path, args.steps, args.metrics)
+            inputs["records"] = (path, n, "DuckDB read_ndjson_objects + json_keys/json_extract",
+                                 [sys.executable, "-c", DUCKDB_FLAT_JSON, str(path)], ".duckdb")
         if "megatron" in formats:
             path = tmp / "megatron_run.log"
             n = write_megatron_log(path, args.iterations)
