@@ -15,6 +15,8 @@ import io
 import math
 import re
 
+import numpy as np
+
 from moeproxy.errors import InputError
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
@@ -39,14 +41,14 @@ def _numeric(column) -> tuple[list[float], list[bool]] | None:
     """
     import pandas as pd
 
-    present = column.str.strip().ne("").tolist()
-    out = pd.to_numeric(column, errors="coerce").tolist()
-    for i, (value, here) in enumerate(zip(out, present)):
-        if here and value != value:  # NaN from coercion: 'nan', 'INF', 'null' or text
-            parsed = parse_number(column.iat[i])
-            if parsed is None:
-                return None
-            out[i] = parsed
+    present = column.str.strip().ne("").to_numpy(dtype=bool)
+    numbers = pd.to_numeric(column, errors="coerce")
+    out = numbers.tolist()
+    for i in np.flatnonzero(present & numbers.isna().to_numpy()).tolist():  # 'nan', 'INF', 'null' or text
+        parsed = parse_number(column.iat[i])
+        if parsed is None:
+            return None
+        out[i] = parsed
     return out, present
 
 
@@ -85,16 +87,53 @@ def parse_csv(src: SourceFile) -> ParsedLog:
             fmt, framework = "wandb-csv", "wandb"
         numeric = {c: col for c in values if (col := _numeric(df[c])) is not None}
         steps = _steps(df[step_col]) if step_col else None
-        for i in range(len(df)):
-            if steps is not None and steps[i] is None:
-                skipped += 1
-                continue
-            record = {names[c]: vals[i] for c, (vals, present) in numeric.items() if present[i]}
-            table.add_dict(steps[i] if steps is not None else i, record, rank=rank)
+        rows = _wide_rows(steps, numeric, names, rank, len(df))
+        if rows is None:  # the careful way: a record per row
+            for i in range(len(df)):
+                if steps is not None and steps[i] is None:
+                    continue
+                record = {names[c]: vals[i] for c, (vals, present) in numeric.items() if present[i]}
+                table.add_dict(steps[i] if steps is not None else i, record, rank=rank)
+            rows = table.columns()
+        skipped = 0 if steps is None else sum(step is None for step in steps)
         from_index = steps is None
         if framework == "unknown":
-            framework = guess_framework(table.metric_names)
+            framework = guess_framework(sorted(set(rows.names)))
+        return ParsedLog(src.path, fmt, framework, src.sha256, rows, skipped, from_index)
     return ParsedLog(src.path, fmt, framework, src.sha256, table.columns(), skipped, from_index)
+
+
+def _wide_rows(steps: list | None, numeric: dict, names: dict, rank: int, n: int):
+    """The long table of a wide table's numeric columns, in numpy: what adding each row's record
+    (its present cells, in column order) to a ``LogTable`` gives. None when the row loop must do
+    it: no column, two columns under one name (the record keeps the last), a step beyond 64 bits,
+    a value beyond the float range."""
+    from moeproxy.ingest.table import build_columns
+
+    labels = [names[c] for c in numeric]
+    if not labels or not n or len(set(labels)) != len(labels):
+        return None
+    if steps is None:
+        step, stepped = np.arange(n, dtype=np.int64), np.ones(n, dtype=bool)
+    elif all(step is None or -2**63 <= step < 2**63 for step in steps):
+        stepped = np.fromiter((step is not None for step in steps), dtype=bool, count=n)
+        step = np.fromiter((0 if s is None else s for s in steps), dtype=np.int64, count=n)
+    else:
+        return None
+    try:
+        values = np.column_stack([np.asarray(vals, dtype=np.float64) for vals, _ in numeric.values()])
+    except (OverflowError, TypeError, ValueError):
+        return None
+    present = np.column_stack([here for _, here in numeric.values()]) & stepped[:, None]
+    used = present.any(axis=0)  # a column without a cell names no metric
+    if not used.all():
+        labels, values, present = [l for l, u in zip(labels, used) if u], values[:, used], present[:, used]
+    counts = present.sum(axis=1)
+    kept = counts > 0  # a row with no cell is no record
+    codes = np.broadcast_to(np.arange(len(labels), dtype=np.int32), present.shape)[present]
+    k = int(kept.sum())
+    return build_columns(step[kept], np.full(k, rank, dtype=np.int64), np.full(k, np.nan), counts[kept], codes,
+                         labels, values[present])
 
 
 _INTEGER = re.compile(r"\s*[-+]?\d{1,30}\s*")

@@ -1,0 +1,77 @@
+"""A wide CSV (W&B export, generic step table) becomes its long table column by column in numpy
+(``csvfmt._wide_rows``); that must be what adding each row's record to a ``LogTable`` gives, for
+any table: empty cells, nan/inf/null text, steps that skip their row, W&B prefixes and envelopes,
+two columns under one name, columns never filled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from moeproxy.errors import InputError
+from moeproxy.ingest import csvfmt, parse_file
+from moeproxy.ingest.source import open_source
+
+cells = st.one_of(st.sampled_from(["", " ", "nan", "NaN", "inf", "-inf", "null", "abc", "1e400", "-0", "0x10",
+                                   "12345678901234567890123", "1_000"]),
+                  st.floats(allow_nan=False).map(repr), st.integers(-10**6, 10**6).map(str))
+steps = st.one_of(st.integers(-3, 50).map(str), st.sampled_from(["", "x", "2.0", "2.5", "nan", "1e20", "9" * 25]))
+headers = st.lists(st.sampled_from(["loss", "run - loss", "run - grad_norm", "run - loss__MIN", "other - kl", "kl",
+                                    "a,b", "reward"]), min_size=1, max_size=5, unique=True)
+
+
+def _csv(step_col, header, rows) -> str:
+    quote = lambda c: f'"{c}"' if "," in c else c  # noqa: E731
+    lines = [",".join(([step_col] if step_col else []) + [quote(h) for h in header])]
+    for step, row in rows:
+        lines.append(",".join(([step] if step_col else []) + row))
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["Step", "step", "_step", None]), headers, st.data())
+def test_the_columns_give_what_the_row_records_give(tmp_path, monkeypatch, step_col, header, data):
+    rows = data.draw(st.lists(st.tuples(steps, st.lists(cells, min_size=len(header), max_size=len(header))),
+                              min_size=1, max_size=12))
+    path = tmp_path / "table.csv"
+    path.write_text(_csv(step_col, header, rows))
+    outcomes = []
+    for columns in (True, False):
+        with monkeypatch.context() as m:
+            if not columns:
+                m.setattr(csvfmt, "_wide_rows", lambda *args: None)
+            try:
+                parsed = csvfmt.parse_csv(open_source(path))
+            except (InputError, ValueError) as exc:
+                outcomes.append(type(exc).__name__)
+                continue
+            frame = parsed.frame
+            outcomes.append((parsed.format, parsed.framework, parsed.skipped_lines, parsed.step_from_index,
+                             sorted(parsed.columns.names),  # the names the run will list
+                             frame["step"].tolist(), frame["metric"].astype(str).tolist(),
+                             frame["attempt"].tolist(), [repr(v) for v in frame["value"].tolist()]))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_wandb_export_takes_the_columns_and_keeps_its_empty_cells_out(tmp_path):
+    path = tmp_path / "export.csv"
+    path.write_text("Step,run - train/loss,run - train/loss__MIN,run - train/grad_norm,run - never\n"
+                    "1,0.5,0.4,1.0,\n2,,0.4,nan,\n3,0.4,0.3,,\n2,0.45,0.3,inf,\n")
+    parsed = parse_file(path)
+    frame = parsed.frame
+    assert parsed.format == "wandb-csv"
+    assert frame["metric"].tolist() == ["train/loss", "train/grad_norm", "train/grad_norm", "train/loss",
+                                        "train/loss", "train/grad_norm"]
+    assert frame["step"].tolist() == [1, 1, 2, 3, 2, 2] and frame["attempt"].tolist() == [0, 0, 0, 0, 1, 1]
+    assert np.isnan(frame["value"].iloc[2]) and np.isinf(frame["value"].iloc[5])
+    assert "never" not in parsed.columns.names  # a column without a cell names no metric
+
+
+def test_the_columns_are_used_for_a_wide_table(tmp_path, monkeypatch):
+    path = tmp_path / "wide.csv"
+    path.write_text("step," + ",".join(f"m{i}" for i in range(50)) + "\n"
+                    + "".join(f"{s}," + ",".join(str(s * i) for i in range(50)) + "\n" for s in range(1, 200)))
+    monkeypatch.setattr(csvfmt.LogTable, "add_dict", lambda *args, **kwargs: pytest.fail("the row loop ran"))
+    assert len(csvfmt.parse_csv(open_source(path)).frame) == 199 * 50
