@@ -1,7 +1,7 @@
 """Ingest speed and memory, each format against its fastest native reader, in one run.
 
 Generates (in a temporary directory; ``--dir`` chooses where: a tmpfs keeps disk writes out of
-the figures) four inputs and times, alternately, ``moeproxy ingest`` into a new DuckDB file in a
+the figures) five inputs and times, alternately, ``moeproxy ingest`` into a new DuckDB file in a
 fresh process (start-up included) and the reference reader in a fresh process:
 
 - TensorBoard: 100,000 steps x 20 tags = 2M scalars in tensorboardX's layout (one event per
@@ -27,6 +27,9 @@ fresh process (start-up included) and the reference reader in a fresh process:
   found, ``read_ndjson_objects`` with ``json_keys`` and ``json_extract(json, '$.*')`` in a subquery,
   unnested, the step key dropped, into a table of a DuckDB file (auto-detected columns and
   ``UNPIVOT`` took 4.1 s).
+- a W&B-style CSV export: 20,000 steps x 200 metric columns, one metric logged every other step
+  (its other cells empty); reference: DuckDB's ``read_csv`` (types detected) and ``UNPIVOT``, which
+  leaves empty cells out as ingest does.
 - Megatron text: 200,000 iteration lines x 10 fields = 2M values; reference: DuckDB reading the
   lines (``read_csv`` of one column) and splitting them with ``regexp_extract_all`` into a table.
 
@@ -34,7 +37,7 @@ Each figure is the median of ``--repeat`` runs (wall seconds, CPU seconds of the
 children beside them), with the peak RSS. After the timed runs, the values moeproxy stored are
 compared with the reference's (every value; NaN equal to NaN). Prints one table.
 
-    python bench/ingest.py [--repeat 3] [--formats tensorboard,jsonl,records,megatron] [--dir /dev/shm]
+    python bench/ingest.py [--repeat 3] [--formats tensorboard,jsonl,records,csv,megatron] [--dir /dev/shm]
 
 To time another checkout (a before and after), run this script from that checkout's directory with
 PYTHONPATH set to it: ``moeproxy ingest`` runs as ``python -m moeproxy``, which puts the working
@@ -81,6 +84,24 @@ def write_flat_jsonl(path: Path, steps: int, metrics: int) -> int:
                 record["train/grad_norm"] = None
             fh.write(json.dumps(record) + "\n")
     return steps * metrics
+
+
+def write_wandb_csv(path: Path, steps: int, metrics: int) -> int:
+    """A W&B-style history export: a ``Step`` column, then one column per metric; a metric logged
+    every other step leaves its other cells empty (not logged), and a NaN is spelled ``nan``."""
+    rng = random.Random(3)
+    names = ["train/loss", "train/grad_norm", "eval/reward"] + [f"train/metric_{i:03d}" for i in range(metrics - 3)]
+    values = 0
+    with open(path, "w") as fh:
+        fh.write("Step," + ",".join(names) + "\n")
+        for step in range(1, steps + 1):
+            cells = [f"{rng.random():.9g}" for _ in names]
+            cells[1] = "nan" if step % 5000 == 0 else cells[1]
+            if step % 2:
+                cells[2] = ""  # eval/reward: every other step
+            values += sum(1 for c in cells if c)
+            fh.write(f"{step}," + ",".join(cells) + "\n")
+    return values
 
 
 def write_megatron_log(path: Path, iterations: int) -> int:
@@ -263,6 +284,18 @@ con.execute(f'''CREATE TABLE t AS SELECT step, metric, value FROM (
 print(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
 """
 
+# A W&B export: DuckDB's CSV reader (types detected), each metric column turned into rows by
+# UNPIVOT, which leaves empty cells (NULL) out as ingest does.
+DUCKDB_CSV = """
+import sys, duckdb
+path, db = sys.argv[1], sys.argv[2]
+con = duckdb.connect(db)
+con.execute("SET enable_progress_bar = false")
+con.execute(f'''CREATE TABLE t AS SELECT "Step" AS step, metric, value FROM (
+    UNPIVOT (SELECT * FROM read_csv('{path}')) ON COLUMNS(* EXCLUDE ("Step")) INTO NAME metric VALUE value)''')
+print(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
+"""
+
 # The same job as ingest's write: the reference's table, grouped by metric with log order kept in each
 # (rows sorted by metric, then step: the generated file's steps only increase), the layout that lets
 # a reader of one series skip the other metrics' row groups.
@@ -371,7 +404,7 @@ def main() -> None:
     parser.add_argument("--metrics", type=int, default=200)
     parser.add_argument("--iterations", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side (the median is shown)")
-    parser.add_argument("--formats", default="tensorboard,jsonl,records,megatron")
+    parser.add_argument("--formats", default="tensorboard,jsonl,records,csv,megatron")
     parser.add_argument("--dir", help="where the inputs and databases go (default: a temporary directory)")
     args = parser.parse_args()
     formats = args.formats.split(",")
@@ -406,6 +439,11 @@ def main() -> None:
             n = write_flat_jsonl(path, args.steps, args.metrics)
             inputs["records"] = (path, n, "DuckDB read_ndjson_objects + json_keys/json_extract",
                                  [sys.executable, "-c", DUCKDB_FLAT_JSON, str(path)], ".duckdb")
+        if "csv" in formats:
+            path = tmp / "wandb_export.csv"
+            n = write_wandb_csv(path, args.steps, args.metrics)
+            inputs["csv"] = (path, n, "DuckDB read_csv + UNPIVOT", [sys.executable, "-c", DUCKDB_CSV, str(path)],
+                             ".duckdb")
         if "megatron" in formats:
             path = tmp / "megatron_run.log"
             n = write_megatron_log(path, args.iterations)
