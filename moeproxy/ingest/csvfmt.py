@@ -34,7 +34,7 @@ def _dialect(src: SourceFile) -> str:
     return "\t" if first.count("\t") > first.count(",") else ","
 
 
-def _numeric(column) -> tuple[list[float], list[bool]] | None:
+def _numeric(column) -> tuple[list[float], np.ndarray] | None:
     """(values, present) for a metric column; None when a non-empty cell is not a number.
 
     Empty cells are "not logged at this step" (present=False); nan/inf/null cells are values.
@@ -107,11 +107,11 @@ def _wide_rows(steps: list | None, numeric: dict, names: dict, rank: int, n: int
     """The long table of a wide table's numeric columns, in numpy: what adding each row's record
     (its present cells, in column order) to a ``LogTable`` gives. None when the row loop must do
     it: no column, two columns under one name (the record keeps the last), a step beyond 64 bits,
-    a value beyond the float range."""
-    from moeproxy.ingest.table import build_columns
+    a value beyond the float range, a rank out of range (named by the ``LogTable``)."""
+    from moeproxy.ingest.table import RANK_MAX, build_columns
 
     labels = [names[c] for c in numeric]
-    if not labels or not n or len(set(labels)) != len(labels):
+    if not labels or not n or len(set(labels)) != len(labels) or not -1 <= rank <= RANK_MAX:
         return None
     if steps is None:
         step, stepped = np.arange(n, dtype=np.int64), np.ones(n, dtype=bool)

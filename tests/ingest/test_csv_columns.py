@@ -75,3 +75,11 @@ def test_the_columns_are_used_for_a_wide_table(tmp_path, monkeypatch):
                     + "".join(f"{s}," + ",".join(str(s * i) for i in range(50)) + "\n" for s in range(1, 200)))
     monkeypatch.setattr(csvfmt.LogTable, "add_dict", lambda *args, **kwargs: pytest.fail("the row loop ran"))
     assert len(csvfmt.parse_csv(open_source(path)).frame) == 199 * 50
+
+
+def test_a_rank_out_of_range_in_the_directory_name_is_named_not_wrapped(tmp_path):
+    path = tmp_path / "monitor-rank99999999999" / "table.csv"
+    path.parent.mkdir()
+    path.write_text("step,loss\n1,0.5\n2,0.4\n")
+    with pytest.raises(InputError, match="rank 99999999999 is out of range"):
+        parse_file(path)
