@@ -151,7 +151,7 @@ def _columns(block: _Block) -> tuple[list[int], dict[str, list[list[float | None
             cols[name] = [_arm_values(r[k]) for r in block.rows]
     if step_col is not None:
         raw = [_value(r[step_col]) for r in block.rows]
-        if all(isinstance(v, float) and v == int(v) for v in raw):
+        if all(isinstance(v, float) and v.is_integer() for v in raw):  # not nan or inf: no step
             return [int(v) for v in raw], cols
         cols[names[step_col]] = [_arm_values(r[step_col]) for r in block.rows]
     return list(range(len(block.rows))), cols
@@ -203,7 +203,7 @@ def _bare_values(lines: list[str]) -> tuple[list[int], list[float], int] | None:
     for r in rows:
         if len(r) == 2:
             a, b = _value(r[0]), _value(r[1])
-            if isinstance(a, float) and a == int(a) and isinstance(b, float):
+            if isinstance(a, float) and a.is_integer() and isinstance(b, float):  # nan, inf: no step
                 pairs.append((int(a), b))
     if len(pairs) >= 3 and len(pairs) >= 0.6 * len(rows):
         steps = [p[0] for p in pairs]
