@@ -32,6 +32,16 @@ def find_dict(line: str):
     return DICT.search(line, 0, end) if end else None
 
 
+def step_prefix(line: str):
+    """``STEP_PREFIX.search(line)``, run only on lines that hold one of its words (case-folded: every
+    character that pattern matches to a letter of them case-folds to that letter, checked over all
+    of Unicode); the search is most of the time of a line without one."""
+    folded = line.casefold()
+    if "step" in folded or "perf" in folded or "eval" in folded or "rollout" in folded:
+        return STEP_PREFIX.search(line)
+    return None
+
+
 STEP_KEYS = ("step", "global_step", "train/step", "rollout/step", "eval/step", "iteration")
 # ms-swift writes its step as a string: 'global_step/max_steps': '5/2169'
 SWIFT_STEP = re.compile(r"['\"]global_step/max_steps['\"]\s*:\s*['\"](\d+)/\d+['\"]")
@@ -82,13 +92,13 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
         in_record = next((record[k] for k in STEP_KEYS if k in record and record[k] == record[k]), None)
         for key in STEP_KEYS:
             record.pop(key, None)
-        pm = STEP_PREFIX.search(line)
+        pm = step_prefix(line)
         if pm:
             step = int(pm.group(2))
             kind = (pm.group(1) or "").lower()
             if kind in ("perf", "eval"):
                 record = {(k if k.startswith(kind + "/") else f"{kind}/{k}"): v for k, v in record.items()}
-        elif (swift := SWIFT_STEP.search(line)) is not None:
+        elif "global_step/max_steps" in line and (swift := SWIFT_STEP.search(line)) is not None:
             step = int(swift.group(1))
         elif in_record is not None:
             step = in_record  # as read: LogTable refuses inf or 1.5 (never rounds it)
