@@ -98,7 +98,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         skipped = 0 if steps is None else sum(step is None for step in steps)
         from_index = steps is None
         if framework == "unknown":
-            framework = guess_framework(sorted(set(rows.names)))
+            framework = guess_framework(rows.names)
         return ParsedLog(src.path, fmt, framework, src.sha256, rows, skipped, from_index)
     return ParsedLog(src.path, fmt, framework, src.sha256, table.columns(), skipped, from_index)
 
