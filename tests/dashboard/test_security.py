@@ -162,13 +162,14 @@ UPLOADS = {
 }
 
 
-def test_hostile_uploads_give_a_message_never_an_exception(app, app_env):
+def test_hostile_uploads_give_a_message_never_an_exception(app, app_env, own_tempdir):
     """Names that are paths (``..``, ``../../x``) or too long for the file system, and contents that
     make a parser recurse or overflow: each upload ends in a success or an error line, and nothing is
     written outside the upload's temporary folder."""
     import tempfile
 
     tmp_root = Path(tempfile.gettempdir())
+    assert tmp_root == own_tempdir  # this test's own temporary directory: nothing else writes there
     before = sorted(os.listdir(tmp_root))
     for name, content in UPLOADS.items():
         app.file_uploader(key="upload").upload(name, content, "application/octet-stream")

@@ -66,7 +66,9 @@ def test_a_perturbed_expert_fails_at_its_layer(tiny_checkpoints, tmp_path):
     assert not result["passed"]
     assert result["layers_failed"] == [1]
     assert result["error"].startswith("decoder layers [1] differ from the masked full model")
-    assert result["layers"][0]["max_abs_diff"] == 0.0
+    # layer 0 is unchanged: it agrees within float error (summation order differs by CPU), as verify decides
+    assert result["layers"][0]["passed"]
+    assert result["layers"][0]["max_abs_diff"] <= result["layers"][0]["tolerance"]
 
 
 def test_experts_out_of_order_with_their_router_rows_are_caught(tiny_checkpoints, tmp_path):
