@@ -1,23 +1,23 @@
 """How sure a diagnosis is: ``high``, ``medium`` or ``low``, with the reason in one phrase.
 
 The verdict rules fire on what a log shows; how much a log shows varies from a 200,000-iteration
-Megatron file to eight records pasted in an issue. Confidence is low when the run is short (few
-records to judge noise against), when the failure starts at the first record (no healthy stretch to
-compare with), or when a healthy verdict was reached without the metrics that would show the
-usual failures (neither loss nor grad norm nor an RL signal). It is high for a decisive signal
-(non-finite values, an overflow storm, a blow-up of two orders of magnitude) or for a long run
-whose verdict several findings agree on.
+Megatron file to eight records pasted in an issue. Confidence is low when the evidence supports
+another reading (``alternatives``: another lasting category starts with the cause), when the run is
+short (few records to judge noise against), when the failure starts at the first record (no healthy
+stretch to compare with), or when a healthy verdict was reached without the metrics that would show
+the usual failures. It is high for a decisive rule (``Rule.decisive``: non-finite values, an
+overflow storm, a blow-up of two orders of magnitude) or for a long run whose verdict several
+findings agree on; a healthy verdict with warnings that almost made a finding is medium at most.
 """
 
 from __future__ import annotations
 
+from moeproxy.diagnose.rules import label_of, rule_of
 from moeproxy.diagnose.series import RunSeries
-from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, Finding
+from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, WARNING, Finding
 
 SHORT_RUN = 10        # records: fewer, and noise bands and onsets rest on a handful of points
 LONG_RUN = 30         # records: enough history for every rule's baseline
-DECISIVE_RULES = frozenset({"nonfinite_value", "overflow_storm", "huge_spike", "loss_scale_min",
-                            "saturated_value", "rise_over_best", "length_runaway"})
 CORE_SIGNALS = ("loss", "grad_norm", "reward_mean", "policy_entropy", "logprob_diff_mean")
 
 
@@ -29,7 +29,8 @@ def records(run: RunSeries) -> int:
     return max(counts)
 
 
-def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Finding]) -> tuple[str, str]:
+def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Finding],
+           cause: Finding | None = None, alternatives: list[dict] | None = None) -> tuple[str, str]:
     """(confidence, why)."""
     n = records(run)
     if verdict == HEALTHY:
@@ -37,10 +38,17 @@ def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Findi
             return "low", "no loss, grad norm, reward, entropy or mismatch metric is logged"
         if n < SHORT_RUN:
             return "low", f"only {n} records"
+        near = [f for f in findings if f.severity == WARNING and rule_of(f.rule, f.category).damage]
+        if near:
+            return "medium", f"{n} records; a warning ({near[0].rule}) that did not last"
         return ("high", f"{n} records of the core metrics") if n >= LONG_RUN else ("medium", f"{n} records")
-    cause = [f for f in findings if f.severity == CRITICAL and f.category == verdict and f.onset_step == onset]
-    decisive = any(f.rule in DECISIVE_RULES for f in cause)
-    agreeing = sum(1 for f in findings if f.severity == CRITICAL and f.category == verdict)
+    if alternatives:
+        alt = alternatives[0]
+        return "low", f"{alt['category']} from step {alt['onset_step']} is another reading ({alt['why']})"
+    cause_findings = [f for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict
+                      and f.onset_step == onset]
+    decisive = any(rule_of(f.rule, f.category).decisive for f in cause_findings)
+    agreeing = sum(1 for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict)
     if onset is not None and onset <= run.first_step and not decisive:
         return "low", "the failure shows from the first record: no healthy stretch to compare with"
     if n < SHORT_RUN:

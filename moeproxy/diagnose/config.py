@@ -31,8 +31,11 @@ class DiagnoseConfig:
     load_imbalance_factor: float = 2.0
     aux_loss_factor: float = 1.5
     entropy_floor_fraction: float = 0.15
+    entropy_blowup_factor: float = 3.0 # LABELS.md: entropy x3 or more and staying: the policy blew up
     reward_drop_fraction: float = 0.5  # share of the gained reward lost, sustained
     kl_factor: float = 10.0
+    kl_ref_blowup: float = 100.0       # LABELS.md: KL to the reference x100 over its early level and staying
+    grad_blowup_factor: float = 100.0  # LABELS.md: grad norm x100 of the run's median, repeatedly
     kl_floor: float = 0.05             # new-vs-old KL (ppo_kl): ~1.5x a target of 0.01 is already large
     kl_ref_floor: float = 0.1          # KL to the reference grows from 0 by design; only large values count
     length_factor: float = 2.0

@@ -15,10 +15,12 @@ import pandas as pd
 from moeproxy.diagnose.confidence import assess
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import all_detectors
+from moeproxy.diagnose.semantics import read_data
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
-from moeproxy.diagnose.verdict import (choose_verdict, demote_blowup_mismatch, order_findings,
-                                       promote_damaging_spikes)
+from moeproxy.diagnose.rules import label_of
+from moeproxy.diagnose.verdict import (alternatives, causal_choice, demote_blowup_mismatch, order_findings,
+                                       promote_damaging_spikes, tie_window)
 
 
 def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
@@ -29,15 +31,30 @@ def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise ValueError(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(registry)}")
+    run, reading = read_data(run)
     findings: list[Finding] = []
     for name in names:
         findings.extend(registry[name].detect(run, config))
-    findings = promote_damaging_spikes(findings, run.span, config.tie_fraction)
-    findings = demote_blowup_mismatch(findings, run, config.tie_fraction)
-    verdict, onset = choose_verdict(findings, run.span, config.tie_fraction)
-    confidence, why = assess(run, verdict, onset, findings)
-    return {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,
-            "findings": [f.to_dict() for f in order_findings(findings, verdict)]}
+    return decide(run, findings, config, reading.to_dict())
+
+
+def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data: dict | None = None) -> dict:
+    """The findings contract from a run's findings: verdict, onset, confidence, alternatives."""
+    tie = tie_window(run, config.tie_fraction)
+    findings = promote_damaging_spikes(findings, tie)
+    findings = demote_blowup_mismatch(findings, tie)
+    cause = causal_choice(findings, tie)
+    verdict = label_of(cause.category) if cause is not None else "healthy"
+    onset = int(cause.onset_step) if cause is not None else None
+    alts = alternatives(findings, cause, run, tie)
+    confidence, why = assess(run, verdict, onset, findings, cause, alts)
+    out = {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,
+           "alternatives": alts,
+           "findings": [f.to_dict() for f in order_findings(findings, verdict)],
+           "config": config.to_dict()}
+    if data is not None:
+        out["data"] = data
+    return out
 
 
 def diagnose_frame(frame: pd.DataFrame, config: DiagnoseConfig | None = None,

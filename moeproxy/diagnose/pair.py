@@ -13,11 +13,10 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose.config import DiagnoseConfig
-from moeproxy.diagnose.diagnosis import diagnose_run
+from moeproxy.diagnose.diagnosis import decide, diagnose_run
 from moeproxy.diagnose.robust import fmt
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, PRECISION_MISMATCH, Finding
-from moeproxy.diagnose.verdict import choose_verdict, order_findings
 
 PAIR_TOLERANCE: dict[str, float] = {"loss": 0.01, "grad_norm": 0.05, "policy_entropy": 0.05,
                                     "reward_mean": 0.05, "logprob_diff_mean": 0.25}
@@ -60,6 +59,4 @@ def diagnose_pair(frame: pd.DataFrame, reference: pd.DataFrame, config: Diagnose
     run, ref = RunSeries.from_frame(frame), RunSeries.from_frame(reference)
     own = diagnose_run(run, config)
     findings = [Finding(**f) for f in own["findings"]] + compare_runs(run, ref, label, reference_label)
-    verdict, onset = choose_verdict(findings, run.span, config.tie_fraction)
-    return {"verdict": verdict, "onset_step": onset,
-            "findings": [f.to_dict() for f in order_findings(findings, verdict)]}
+    return decide(run, findings, config)

@@ -19,7 +19,7 @@ from moeproxy.errors import InputError
 # canonical name -> other spellings accepted when the canonical one is missing
 FALLBACK_NAMES: dict[str, tuple[str, ...]] = {
     "loss": ("lm loss", "train/loss", "actor/pg_loss", "policy_loss", "train/pg_loss"),
-    "grad_norm": ("actor/grad_norm", "grad norm", "grad-norm", "actor_grad_norm", "train/grad_norm"),
+    "grad_norm": ("actor/grad_norm", "grad norm", "grad-norm", "actor_grad_norm", "train/grad_norm", "gradient_norm"),
     "loss_scale": ("loss scale", "loss-scale"),
     "skipped_iters": ("number of skipped iterations",),
     "nan_iters": ("number of nan iterations",),

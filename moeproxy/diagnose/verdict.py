@@ -1,10 +1,18 @@
-"""The verdict: the root cause is the earliest critical finding, not the loudest.
+"""The verdict: shared/LABELS.md "Root cause", read from the findings and their rules' properties.
 
-Critical findings of the main categories compete first; secondary categories (KL, length,
-vanishing gradient) only decide when no main category fired. Findings whose onsets lie within
-``tie_fraction`` of the run's step range of the earliest are treated as simultaneous and the
-causal order breaks the tie (mismatch and router move first, then gradients, then loss/entropy,
-then reward/length), so an overflow that follows a divergence is reported as its consequence.
+1. The lasting anomalies are the critical findings (a rule's finding is critical when what it saw
+   lasted; a spike that recovered is a warning), plus a recovered spike (``Rule.spike``) with which
+   a lasting change (``Rule.damage``) started: that update broke the policy.
+2. The root cause is the earliest of them.
+3. Findings that start within the same record or two (at the log's own resolution) are together:
+   the one upstream in the causal chain (``Rule.rank``: precision mismatch / routing -> overflow ->
+   divergence -> entropy collapse -> reward collapse -> vanishing gradient) is the cause.
+4. When the evidence supports another reading (another lasting category close behind the cause, a
+   cause that is only a symptom of a blow-up), it is listed in ``alternatives``.
+
+One more reading from LABELS.md, "precision mismatch ... not this: a gap that opens only after the
+policy has already blown up": a mismatch that opens together with an entropy blow-up is that
+blow-up's symptom (``mismatch_with_blowup``) whenever another lasting category names the outcome.
 """
 
 from __future__ import annotations
@@ -12,107 +20,105 @@ from __future__ import annotations
 import numpy as np
 
 from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.rules import label_of, rule_of
 from moeproxy.diagnose.series import RunSeries
-from moeproxy.diagnose.taxonomy import (CAUSAL_ORDER, CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, HEALTHY,
-                                        KL_EXPLOSION, LENGTH_BLOWUP, MAIN_CATEGORIES, PRECISION_MISMATCH,
-                                        REWARD_COLLAPSE, SEVERITIES, WARNING, Finding)
+from moeproxy.diagnose.taxonomy import (CRITICAL, DIVERGENCE, HEALTHY, MAIN_CATEGORIES, PRECISION_MISMATCH,
+                                        SEVERITIES, WARNING, Finding)
+
+TIE_RECORDS = 2  # LABELS.md: "start within the same record or two"
 
 
-# Lasting changes that a single bad update can leave behind.
-DAMAGE_CATEGORIES = (KL_EXPLOSION, REWARD_COLLAPSE, ENTROPY_COLLAPSE, LENGTH_BLOWUP)
+def tie_window(run: RunSeries, tie_fraction: float) -> float:
+    """Steps within which two onsets are "together": two records at the log's own resolution
+    (the median gap between logged steps), and never more than ``tie_fraction`` of the run."""
+    steps = np.unique(np.concatenate([run.get(n).index.to_numpy() for n in run.names])) if run.names else np.zeros(1)
+    gap = float(np.median(np.diff(steps))) if steps.size > 1 else 1.0
+    return max(TIE_RECORDS * gap, min(tie_fraction * run.span, 10 * gap))
 
 
-def promote_damaging_spikes(findings: list[Finding], span: int, tie_fraction: float) -> list[Finding]:
-    """A large grad-norm/loss spike that recovers is a blip, unless a lasting change (KL to the
-    reference, reward, entropy, length) starts with it: then the spike was the update that
-    diverged the policy, and it is reported as a critical divergence."""
-    tie = max(0.0, tie_fraction * span)
-    damage = [f for f in findings if f.severity == CRITICAL and f.category in DAMAGE_CATEGORIES]
+def promote_damaging_spikes(findings: list[Finding], tie: float) -> list[Finding]:
+    """A spike that recovered (``Rule.spike``) is the cause when a lasting change (``Rule.damage``)
+    starts with it: reported as a critical divergence."""
+    damage = [f for f in findings if f.severity == CRITICAL and rule_of(f.rule, f.category).damage]
     out = []
     for f in findings:
-        if f.rule in ("large_spike", "grad_excursion") and f.severity != CRITICAL:
+        if f.severity != CRITICAL and rule_of(f.rule, f.category).spike:
             hit = next((d for d in damage if 0 <= d.onset_step - f.onset_step <= tie), None)
             if hit is not None:
-                f = Finding(f.category, f.onset_step, CRITICAL, f.metric, "damaging_spike",
+                f = Finding(DIVERGENCE, f.onset_step, CRITICAL, f.metric, "damaging_spike",
                             f"{f.evidence}, but {hit.metric} changed for good from step {hit.onset_step} "
                             f"({hit.category}): the update at step {f.onset_step} diverged the policy")
         out.append(f)
     return out
 
 
-BLOWUP_FACTOR = 2.0  # entropy doubled and stayed doubled: the entropy detector's blow-up, too
-
-
-def entropy_blowup_start(run: RunSeries, before_step: int) -> int | None:
-    """The first step from which the policy entropy stays at least ``BLOWUP_FACTOR`` times its recent
-    level before ``before_step`` (the median of the last tenth of the records before it, at least
-    three: healthy GRPO entropy drifts down, so the run's start is no baseline) to the end of the
-    run, or None (no entropy logged, fewer than two records before, or no lasting blow-up)."""
-    found = run.resolve("policy_entropy")
-    if found is None:
-        return None
-    s = found[1][np.isfinite(found[1].to_numpy())]
-    base = s[s.index < before_step].to_numpy()
-    base = base[-max(3, len(s) // 10):]
-    if len(base) < 2 or not np.median(base) > 0:
-        return None
-    up = s.to_numpy() >= BLOWUP_FACTOR * float(np.median(base))
-    if not up[-1]:
-        return None
-    down = np.flatnonzero(~up)
-    first = int(down[-1]) + 1 if down.size else 0
-    return int(s.index[first])
-
-
-def demote_blowup_mismatch(findings: list[Finding], run: RunSeries, tie_fraction: float) -> list[Finding]:
-    """A train/rollout gap that opens together with an entropy blow-up is a symptom of the policy
-    blowing up, not a precision fault: a near-uniform policy samples low-probability tokens, where
-    the two engines' log-probs disagree most (shared/research/logs-and-failures.md §2 row 3). A
-    precision fault opens the gap while the policy is still sharp and entropy follows later, if at
-    all. Such a mismatch finding becomes a warning when another critical main finding names the
-    lasting outcome (reward collapse, divergence, ...); alone it stays the verdict."""
-    tie = max(0.0, tie_fraction * run.span)
-    others = [f for f in findings if f.severity == CRITICAL and f.category in MAIN_CATEGORIES
-              and f.category != PRECISION_MISMATCH]
-    if not others:
+def demote_blowup_mismatch(findings: list[Finding], tie: float) -> list[Finding]:
+    """A critical train/rollout gap that opens together with (or after) an entropy blow-up of the
+    policy becomes a warning when another lasting category names the outcome: a near-uniform
+    policy samples the low-probability tokens where the two engines disagree most."""
+    blowups = [f.onset_step for f in findings if f.severity == CRITICAL and f.rule == "entropy_blowup"]
+    others = [f for f in findings if f.severity == CRITICAL and label_of(f.category) != PRECISION_MISMATCH]
+    if not blowups or not others:
         return findings
+    start = min(blowups)
     out = []
     for f in findings:
-        if f.category == PRECISION_MISMATCH and f.severity == CRITICAL and f.onset_step is not None:
-            start = entropy_blowup_start(run, f.onset_step)
-            if start is not None and start - f.onset_step <= tie:
-                f = Finding(f.category, f.onset_step, WARNING, f.metric, "mismatch_with_blowup",
-                            f"{f.evidence}; but the policy entropy blew up with it (x{fmt(BLOWUP_FACTOR)} and "
-                            f"staying from step {start}): a gap opened by the policy blowing up, not by "
-                            f"the engines' precision")
+        if (f.category == PRECISION_MISMATCH and f.severity == CRITICAL and f.onset_step is not None
+                and start - f.onset_step <= tie):
+            f = Finding(f.category, f.onset_step, WARNING, f.metric, "mismatch_with_blowup",
+                        f"{f.evidence}; but the policy entropy blew up with it (from step {start}): a gap "
+                        f"opened by the policy blowing up, not by the engines' precision")
         out.append(f)
     return out
 
 
-def choose_verdict(findings: list[Finding], span: int, tie_fraction: float) -> tuple[str, int | None]:
-    critical = [f for f in findings if f.severity == CRITICAL]
-    pool = [f for f in critical if f.category in MAIN_CATEGORIES] or critical
+def lasting(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == CRITICAL and f.onset_step is not None]
+
+
+def candidates(findings: list[Finding]) -> list[Finding]:
+    """The lasting findings that compete for the root cause: those of the main categories; the
+    secondary ones (a length change, a vanished gradient) only when no main category lasted (a
+    response length that runs away or collapses is how a reward collapse or a blow-up shows)."""
+    pool = lasting(findings)
+    main = [f for f in pool if f.category in MAIN_CATEGORIES]
+    return main or pool
+
+
+def causal_choice(findings: list[Finding], tie: float) -> Finding | None:
+    """The root-cause finding by LABELS.md's order, or None (healthy)."""
+    pool = candidates(findings)
     if not pool:
-        return HEALTHY, None
+        return None
     first = min(f.onset_step for f in pool)
-    tie = max(0.0, tie_fraction * span)
     near = [f for f in pool if f.onset_step - first <= tie]
-    cause = min(near, key=lambda f: (causal_rank(f), f.onset_step))
-    return cause.category, int(cause.onset_step)
+    return min(near, key=lambda f: (rule_of(f.rule, f.category).rank, f.onset_step))
 
 
-# An fp16 overflow storm (an iteration skipped for overflow on every logged iteration) is the
-# mechanism, not a symptom: the loss printed in those iterations comes from updates that overflowed,
-# so it outranks a loss jump that starts with it. A loss-scale drop alone does not (a scaler that
-# halves a few times and settles is what a loss spike looks like from the scaler's side).
-OVERFLOW_STORM_RULES = frozenset({"overflow_storm"})
+def alternatives(findings: list[Finding], cause: Finding | None, run: RunSeries, tie: float) -> list[dict]:
+    """Other readings the evidence supports: each other label with a lasting finding whose onset
+    is close behind the cause's (within a tenth of the run, or a few records), with why."""
+    if cause is None:
+        return []
+    verdict = label_of(cause.category)
+    close = max(3 * tie, 0.1 * run.span)
+    out: dict[str, dict] = {}
+    for f in sorted(candidates(findings), key=lambda f: f.onset_step):
+        label = label_of(f.category)
+        if label == verdict or label in out or f.onset_step - cause.onset_step > close:
+            continue
+        why = ("starts with the cause; the causal order put it downstream"
+               if abs(f.onset_step - cause.onset_step) <= tie
+               else f"starts {int(f.onset_step - cause.onset_step)} steps after the cause")
+        out[label] = {"category": label, "onset_step": int(f.onset_step), "rule": f.rule, "why": why}
+    return list(out.values())
 
 
-def causal_rank(f: Finding) -> float:
-    rank = float(CAUSAL_ORDER.index(f.category))
-    if f.rule in OVERFLOW_STORM_RULES:
-        rank = min(rank, CAUSAL_ORDER.index(DIVERGENCE) - 0.5)
-    return rank
+def choose_verdict(findings: list[Finding], run: RunSeries, tie_fraction: float) -> tuple[str, int | None]:
+    cause = causal_choice(findings, tie_window(run, tie_fraction))
+    if cause is None:
+        return HEALTHY, None
+    return label_of(cause.category), int(cause.onset_step)
 
 
 def order_findings(findings: list[Finding], verdict: str) -> list[Finding]:
@@ -120,7 +126,11 @@ def order_findings(findings: list[Finding], verdict: str) -> list[Finding]:
     finding leads."""
 
     def key(f: Finding):
-        return (SEVERITIES.index(f.severity), f.category != verdict,
+        return (SEVERITIES.index(f.severity), label_of(f.category) != verdict,
                 f.onset_step if f.onset_step is not None else 1 << 62, f.category, f.metric)
 
     return sorted(findings, key=key)
+
+
+__all__ = ["alternatives", "causal_choice", "choose_verdict", "demote_blowup_mismatch", "fmt", "lasting",
+           "order_findings", "promote_damaging_spikes", "tie_window"]

@@ -24,7 +24,21 @@ from moeproxy.ingest.table import LogTable
 STEP_KEYS = (
     "step", "global_step", "_step", "iteration", "iter", "train/global_step", "trainer/global_step",
     "training/global_step", "train/step", "Step",
+    # RL loops that count rollouts (the outer counter a run's progress is reported in; the
+    # optimizer step under it repeats within one rollout step and stays a value)
+    "grpo_step", "rollout_step", "ppo_step", "rl_step",
 )
+
+# A string field that says which kind of record a line is (rollout / train / eval lines in one
+# file, each with its own fields). Records of the training kind keep their names; the others'
+# metrics are named "<kind>/<name>" so that an eval record's reward is not read as the training
+# reward; configuration and summary records carry no series and are skipped.
+KIND_KEYS = ("type", "split", "kind", "phase", "mode", "record_type", "event")
+TRAIN_KINDS = frozenset({"train", "training", "trainer", "update", "optim", "optimizer", "step", "metrics",
+                         "log"})
+SKIP_KINDS = frozenset({"config", "args", "arguments", "hparams", "hyperparameters", "meta", "metadata",
+                        "summary", "final", "header", "setup", "init"})
+EVAL_KINDS = frozenset({"eval", "evaluation", "val", "valid", "validation", "test", "heldout"})
 
 
 def _loads(text: str):
@@ -135,13 +149,56 @@ def parse_verl_jsonl_line_by_line(src: SourceFile) -> ParsedLog:
     return ParsedLog(src.path, "verl-jsonl", "verl", src.sha256, table.columns(), state["skipped"])
 
 
+def record_kind(record: dict) -> tuple[str | None, str | None]:
+    """(key, kind) of a record's kind field (``{"type": "rollout", ...}``), or (None, None)."""
+    for key in KIND_KEYS:
+        value = record.get(key)
+        if isinstance(value, str) and 0 < len(value) <= 40:
+            return key, value.strip().lower()
+    return None, None
+
+
+def _kind_prefix(kind: str, kinds: set[str]) -> str | None:
+    """The name prefix of a record kind: "" for the training records, None to skip the record."""
+    if kind in SKIP_KINDS:
+        return None
+    if kind in TRAIN_KINDS:
+        return ""
+    if kind in EVAL_KINDS:
+        return "eval/" if kind != "val" and kind != "valid" and kind != "validation" else "val/"
+    # the one kind that is not eval or config, when no training kind is named (a rollout-only log)
+    return "" if not (kinds & TRAIN_KINDS) and len(kinds - SKIP_KINDS - EVAL_KINDS) == 1 else f"{kind}/"
+
+
 def _records_to_table(records, table: LogTable) -> bool:
-    """Add flat records; returns True when the record index had to stand in for the step."""
-    from_index = False
-    for index, obj in enumerate(records):
-        step, metrics = split_step(flatten(obj))
+    """Add flat records; returns True when the record index had to stand in for the step.
+
+    Records of several kinds (a ``type``/``split`` field: rollout, train, eval lines) are separate
+    series on the shared step counter (see ``record_kind``); a record without a step counter takes
+    the step of the record before it when the others have one (a config line first)."""
+    records = [flatten(obj) for obj in records]
+    kinds = {k for r in records[:5000] if (k := record_kind(r)[1]) is not None}
+    with_step = sum(split_step(r)[0] is not None for r in records[:5000])
+    from_index = with_step == 0
+    last = None
+    for index, flat in enumerate(records):
+        key, kind = record_kind(flat) if kinds else (None, None)
+        prefix = "" if kind is None else _kind_prefix(kind, kinds)
+        if prefix is None:
+            continue
+        step, metrics = split_step(flat)
+        if key is not None:
+            metrics.pop(key, None)
         if step is None:
-            step, from_index = index, True
+            if not from_index:
+                if last is None:
+                    continue  # a record before the first counted one (a config or a banner)
+                step = last
+            else:
+                step = index
+        last = step
+        if prefix:
+            metrics = {f"{prefix}{k}": v for k, v in metrics.items()}
         table.add_dict(step, metrics)
     return from_index
 

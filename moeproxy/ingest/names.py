@@ -27,7 +27,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "grad_norm": (
         "grad_norm", "grad norm", "grad-norm", "actor/grad_norm", "actor_grad_norm", "train/grad_norm",
-        "gnorm", "grad_norm_total", "global_grad_norm", "total_norm",
+        "gnorm", "grad_norm_total", "global_grad_norm", "total_norm", "gradient_norm",
     ),
     "lr": (
         "lr", "learning rate", "learning-rate", "learning_rate", "actor/lr", "actor_lr", "train/lr",

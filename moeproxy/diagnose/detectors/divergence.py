@@ -19,6 +19,26 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import find_departures, fmt, log10_positive
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(DIVERGENCE, {
+    "rise_over_best": "the loss above twice its best so far, for good",
+    "sustained_rise": "loss or grad norm above its noise band to the last record",
+    "multi_record_spike": "loss or grad norm above its noise band for several records",
+    "huge_spike": "one record 100x the median before it",
+    "grad_blowup": "grad norm 100x the run's median, repeatedly",
+    "large_spike": "a 10x spike that came back within two records",
+    "isolated_spike": "short spikes that came back (not divergence)",
+    "spike_before_nonfinite": "the last finite record before a non-finite one stood out",
+    "grad_excursion": "an RL grad norm high for a few updates, then back",
+    "grad_rise_loss_falling": "grad norm rising while the loss keeps falling (not divergence)",
+    "contradicted_by_validation": "a train-loss jump the validation loss does not show (printing artefact)",
+    "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
+}, decisive=("huge_spike", "rise_over_best", "grad_blowup"),
+   spike=("large_spike", "grad_excursion"),
+   thresholds={"rise_over_best": ("loss_rise_over_best",), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
+               "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor"),
+               "grad_blowup": ("grad_blowup_factor",)})
 
 
 LARGE_SPIKE = 10.0  # Megatron's SPIKY_LOSS_FACTOR
@@ -208,6 +228,52 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int])
     return []
 
 
+def _grad_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool) -> Finding | None:
+    """LABELS.md "grad norm x100 repeatedly": at least two records ``grad_blowup_factor`` times the
+    run's median grad norm (finite, positive; an RL run's zero-advantage records left out). Dated
+    from the first of them; a run that starts blown up is dated from its first record."""
+    if rl:
+        series = _zero_advantage_masked(series)
+    vals = series.to_numpy(dtype=float)
+    ok = np.isfinite(vals) & (vals > 0)
+    if ok.sum() < 4:
+        return None
+    med = float(np.median(vals[ok]))
+    big = np.flatnonzero(ok & (vals >= cfg.grad_blowup_factor * med))
+    if big.size < 2:
+        return None
+    steps = series.index.to_numpy()
+    first = int(steps[big[0]])
+    return Finding(DIVERGENCE, first, CRITICAL, name, "grad_blowup",
+                   f"{name} reached {fmt(float(vals[big].max()))} ({fmt(float(vals[big].max()) / med)}x the run's "
+                   f"median of {fmt(med)}); {big.size} records at {fmt(cfg.grad_blowup_factor)}x or more, the "
+                   f"first at step {first}")
+
+
+VALIDATION_LOSS = ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation loss", "val loss",
+                   "lm loss validation", "validation/loss", "valid_loss", "valid/loss")
+VALIDATION_RISE = 1.25  # a validation loss that rose less than this did not see the jump
+
+
+def _contradicted_by_validation(run: RunSeries, f: Finding) -> str | None:
+    """Why a train-loss divergence is a printing artefact: a validation loss logged over the
+    stretch after the jump does not rise (LABELS.md: one independent signal contradicting a jump
+    makes the jump suspect). None when no validation loss says so."""
+    for name in VALIDATION_LOSS:
+        s = run.get(name)
+        if s is None:
+            continue
+        s = s[np.isfinite(s.to_numpy())]
+        after, before = s[s.index >= f.onset_step], s[s.index < f.onset_step]
+        if len(after) < 3:
+            continue
+        ref = float(before.median()) if len(before) else float(after.iloc[0])
+        if float(after.max()) <= VALIDATION_RISE * ref:
+            return (f"{name} stayed at {fmt(float(after.min()))}-{fmt(float(after.max()))} over {len(after)} "
+                    f"records from step {int(after.index[0])}")
+    return None
+
+
 @register_detector("divergence", "loss or grad-norm spike or sustained blow-up, finite at first")
 def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run)
@@ -215,6 +281,18 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     rl = run.is_rl
     for name, kind in _candidates(run):
         loss = run.resolve("loss") if kind == "grad" and not rl else None
-        out += detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,
-                                        loss[1] if loss is not None else None)
+        found = detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,
+                                         loss[1] if loss is not None else None)
+        if kind == "grad" and not any(f.severity == CRITICAL for f in found):
+            hit = _grad_blowup(name, run.get(name), cfg, rl)
+            if hit is not None:
+                found.append(hit)
+        if kind == "loss":
+            for i, f in enumerate(found):
+                why = _contradicted_by_validation(run, f) if f.severity == CRITICAL else None
+                if why is not None:
+                    found[i] = Finding(DIVERGENCE, f.onset_step, WARNING, f.metric, "contradicted_by_validation",
+                                       f"{f.evidence}; but {why}: the printed jump is an artefact of how the "
+                                       f"loss is printed, not a divergence")
+        out += found
     return out

@@ -16,7 +16,17 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
-from moeproxy.diagnose.taxonomy import CRITICAL, ENTROPY_COLLAPSE, WARNING, Finding
+from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, WARNING, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(DIVERGENCE, {
+    "entropy_blowup": "policy entropy x3 or more and staying: the policy blew up toward uniform output",
+    "entropy_rise": "policy entropy doubled and staying (a warning)",
+}, damage=("entropy_blowup",), thresholds={"entropy_blowup": ("entropy_blowup_factor",)})
+RULES.update(declare(ENTROPY_COLLAPSE, {
+    "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
+    "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
+}, damage=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction",)}))
 
 
 def reward_gain_after(run: RunSeries, step: int) -> tuple[str, float, float] | None:
@@ -50,9 +60,14 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     if start > 0 and end >= 2 * start:
         rise = sustained_shift(s, +1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history)
         if rise is not None and not rise.recovered:
-            return [Finding(ENTROPY_COLLAPSE, rise.onset_step, WARNING, name, "entropy_blowup",
-                            f"{name} rose from {fmt(start)} to {fmt(end)} from step {rise.onset_step}: "
-                            f"the opposite of a collapse (garbage tokens), which often precedes NaN")]
+            # shared/LABELS.md: in RL the policy blowing up (entropy x3 or more, toward uniform
+            # output, and staying) is a divergence; doubling alone is a warning
+            blown = end >= cfg.entropy_blowup_factor * start
+            return [Finding(DIVERGENCE, rise.onset_step, CRITICAL if blown else WARNING, name,
+                            "entropy_blowup" if blown else "entropy_rise",
+                            f"{name} rose from {fmt(start)} to {fmt(end)} ({fmt(end / start)}x) from step "
+                            f"{rise.onset_step} and stayed up: the policy "
+                            + ("blew up toward uniform output" if blown else "is spreading out"))]
     if not start > 0 or end > cfg.entropy_floor_fraction * start:
         return []
     # a short baseline window follows the healthy early decay, so only the collapse departs

@@ -16,6 +16,13 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, VANISHING_GRADIENT, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(VANISHING_GRADIENT, {
+    "grad_norm_vanished": "grad norm ~0 for the rest of the run",
+    "scattered_zero_grad": "grad norm ~0 on scattered GRPO steps (a note: normal)",
+    "lr_zero": "learning rate 0 after being positive",
+}, thresholds={"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records")})
 
 
 def _tail_run(mask: np.ndarray) -> int:

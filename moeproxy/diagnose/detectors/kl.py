@@ -1,8 +1,9 @@
-"""KL-explosion detector (secondary): KL to the reference or new-vs-old KL grows by an order of
-magnitude and stays up. PPO practice stops at ~1.5x a target of 0.01 (Spinning Up); here a
-sustained 10x rise of new-vs-old KL above 0.05 is critical (shared/research/logs-and-failures.md §2
-row 7). KL to the reference is 0 at the start by construction, so its first 10% is not a baseline
-and only a rise above 0.1 counts.
+"""KL blow-up detector: KL to the reference or new-vs-old KL explodes and stays up, which
+shared/LABELS.md calls a divergence (the policy blew up). PPO practice stops at ~1.5x a target of
+0.01 (Spinning Up); here a sustained 10x rise of new-vs-old KL above 0.05 is critical
+(shared/research/logs-and-failures.md §2 row 7). KL to the reference is 0 at the start by
+construction and grows by design: it counts when it rises ``kl_ref_blowup`` (100x) over its
+early level to above 0.1 and stays there (a slow rise that settles at a small level does not).
 """
 
 from __future__ import annotations
@@ -11,10 +12,17 @@ import numpy as np
 
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
-from moeproxy.diagnose.taxonomy import CRITICAL, KL_EXPLOSION, Finding
+from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(DIVERGENCE, {
+    "kl_rise": "new-vs-old KL (or KL to the reference) 10x its median and staying",
+    "kl_ref_blowup": "KL to the reference 100x its early level and staying",
+}, damage=("kl_rise", "kl_ref_blowup"),
+   thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_floor")})
 
 
 @register_detector("kl_explosion", "KL to reference or new-vs-old KL grows 10x and stays up")
@@ -28,6 +36,10 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         s = s[np.isfinite(s.to_numpy())]
         floor = cfg.kl_floor
         if canonical == "kl":
+            hit = _reference_kl_blowup(name, s, cfg)
+            if hit is not None:
+                out.append(hit)
+                continue
             # KL to the reference starts at 0 (policy == reference) and grows by design: judge it
             # after the first 10% of the run, and only at a level that is large in absolute terms
             s = s.iloc[len(s) // 10:]
@@ -35,7 +47,29 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         shift = sustained_shift(s, +1, factor=cfg.kl_factor, z=cfg.robust_z, min_history=cfg.min_history)
         if shift is None or shift.peak < floor:
             continue
-        out.append(Finding(KL_EXPLOSION, shift.onset_step, CRITICAL, name, "kl_rise",
+        out.append(Finding(DIVERGENCE, shift.onset_step, CRITICAL, name, "kl_rise",
                            f"{name} rose from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
                            f"({fmt(shift.peak / max(shift.baseline, 1e-12))}x) from step {shift.onset_step}"))
     return out
+
+
+def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
+    """KL to the reference ``kl_ref_blowup`` times its early level (the first records, where the
+    policy is still the reference) by the end of the run, above ``kl_ref_floor``: dated from the
+    first record at 10x the early level from which it stays above it."""
+    vals = s.to_numpy(dtype=float)
+    pos = vals[vals > 0]
+    if len(vals) <= cfg.min_history or pos.size < 3:
+        return None
+    start = head_level(pos, share=0.05, minimum=2)
+    end = tail_level(vals)
+    if not (start > 0 and end >= cfg.kl_ref_blowup * start and end >= cfg.kl_ref_floor):
+        return None
+    above = vals >= 10 * start
+    stays = np.flatnonzero(above & (np.cumsum(above[::-1])[::-1] == np.arange(len(above), 0, -1)))
+    if not stays.size:
+        return None
+    onset = int(s.index[stays[0]])
+    return Finding(DIVERGENCE, onset, CRITICAL, name, "kl_ref_blowup",
+                   f"{name} rose from {fmt(start)} to {fmt(end)} ({fmt(end / start)}x) and stayed "
+                   f"above 10x its early level from step {onset}: the policy ran away from the reference")

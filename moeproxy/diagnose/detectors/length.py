@@ -15,6 +15,19 @@ from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, LENGTH_BLOWUP, WARNING, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(LENGTH_BLOWUP, {
+    "length_pinned": "the longest response at the generation cap to the end, the mean length up",
+    "length_max_at_cap": "the longest response at the cap while the mean does not grow (a warning)",
+    "length_rise": "mean response length doubled and staying",
+    "truncation_high": "most responses truncated from the start (a warning: the cap is short)",
+    "truncation_rise": "the truncated share rising above its limit",
+}, damage=("length_pinned", "length_rise", "truncation_rise"),
+   thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit",)})
+RULES.update(declare(DIVERGENCE, {
+    "length_runaway": "responses run away to the cap while the grad norm spikes",
+}, decisive=("length_runaway",)))
 
 
 PINNED_RECORDS = 3      # records at the length cap, to the end of the run, that make a runaway

@@ -23,6 +23,27 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, OVERFLOW, WARNING, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(OVERFLOW, {
+    "nonfinite_value": "loss or grad norm inf/NaN after being finite (or the loss from its first record)",
+    "saturated_value": "a value at the fp16 maximum or msprobe's 1e10 magnitude alarm",
+    "loss_scale_min": "the fp16 loss scale driven to its minimum",
+    "loss_scale_collapse": "the fp16 loss scale halving far below its start-up search",
+    "skipped_iters_bf16": "skipped iterations in a run without a loss scale (bf16: never expected)",
+    "nan_iters_bf16": "NaN iterations in a run without a loss scale",
+    "nan_iters_fp16": "NaN iterations counted by an fp16 run",
+    "skipped_iters_fp16": "iterations skipped by the fp16 scaler (a note: the scaler's search)",
+    "overflow_storm": "an iteration skipped for overflow on (nearly) every logged iteration",
+    "loss_vanished": "the loss stops being printed (Megatron leaves NaN iterations out)",
+    "loss_zero_nan_filter": "the loss printed as exactly 0 where a NaN filter zeroes it",
+    "fp16_startup_search": "the fp16 loss-scale search at start-up (not a failure)",
+}, decisive=("nonfinite_value", "overflow_storm", "loss_scale_min", "saturated_value"),
+   # a storm is the mechanism of the loss printed with it; a scaler that halves a few times and
+   # settles is what a loss spike looks like from the scaler's side: downstream of divergence
+   chain={"overflow_storm": 1.5, "loss_scale_collapse": 3.5},
+   thresholds={"saturated_value": ("saturation_abs", "fp16_max"),
+               "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings")})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
 

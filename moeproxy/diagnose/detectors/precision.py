@@ -18,6 +18,25 @@ from moeproxy.diagnose.robust import fmt, head_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, PRECISION_MISMATCH, WARNING, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(PRECISION_MISMATCH, {
+    "logprob_diff": "trainer-vs-rollout log-prob gap growing past its limit and staying",
+    "logprob_diff_transient": "the gap rose and came back (a warning)",
+    "logprob_diff_from_start": "the gap well above its limit from the first record",
+    "logprob_diff_flat_gap": "a steady gap a little above the limit (a warning)",
+    "logprob_diff_excursion": "the gap above the limit in a few records (a warning)",
+    "mismatch_kl": "train-vs-rollout KL growing past its limit and staying",
+    "mismatch_kl_transient": "the mismatch KL rose and came back (a warning)",
+    "mismatch_kl_from_start": "the mismatch KL well above its limit from the first record",
+    "mismatch_kl_flat_gap": "a steady mismatch KL a little above the limit (a warning)",
+    "mismatch_kl_excursion": "the mismatch KL above its limit in a few records (a warning)",
+    "is_ratio_drift": "the rollout importance ratio drifting out of [0.5, 2] and staying",
+    "is_ratio_out_of_range": "the importance ratio outside [0.5, 2] in several records",
+    "mismatch_with_blowup": "a gap that opened with an entropy blow-up (a symptom, a warning)",
+    "pair_disagreement": "two runs that should match disagree from a step on",
+}, thresholds={"logprob_diff": ("logprob_diff_limit", "logprob_diff_growth"),
+               "mismatch_kl": ("mismatch_kl_limit",), "is_ratio_drift": ("is_ratio_low", "is_ratio_high")})
 
 # A gap that is flat from the start is the engines' usual disagreement unless it is well above the
 # limit: verl's 0.01 guidance marks a problem, and runs sit at 0.004-0.014 while learning fine.

@@ -16,10 +16,61 @@ from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, REWARD_COLLAPSE, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(REWARD_COLLAPSE, {
+    "reward_drop": "the reward falls by at least half its gain and stays down",
+    "reward_below_peak": "the reward falls well below its peak and stays there",
+    "eval_reward_drop": "an evaluation accuracy/reward falls by at least half its level and stays down",
+}, damage=("reward_drop", "reward_below_peak", "eval_reward_drop"),
+   thresholds={"reward_drop": ("reward_drop_fraction",)})
+
+
+def _is_eval_score(name: str) -> bool:
+    low = name.lower()
+    evaluation = low.startswith(("eval/", "val/", "test/", "eval_", "val_", "validation")) or "heldout" in low
+    return ("accuracy" in low or low.endswith(("/acc", "_acc")) or
+            (evaluation and any(w in low for w in ("reward", "score"))))
+
+
+EVAL_DROP = 0.4     # share of its early level an evaluation score loses, for good
+EVAL_MIN_DROP = 0.1  # ... and at least this much in absolute terms (scores in [0, 1])
+
+
+def _eval_score_drop(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
+    """An evaluation accuracy or reward (LABELS.md: "eval accuracy to 0") that falls from its early
+    level by ``EVAL_DROP`` of it and stays down to the end: the first record from which every
+    later one stays below the midpoint."""
+    for name, s in run.matching(_is_eval_score):
+        s = s[np.isfinite(s.to_numpy())]
+        if len(s) <= cfg.min_history:
+            continue
+        vals = s.to_numpy()
+        start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
+        drop = start - end
+        if not (start > 0 and drop >= EVAL_DROP * start and drop >= EVAL_MIN_DROP):
+            continue
+        low = vals < start - drop / 2
+        stays = np.flatnonzero(low & (np.cumsum(low[::-1])[::-1] == np.arange(len(low), 0, -1)))
+        if not stays.size:
+            continue
+        onset = int(s.index[stays[0]])
+        return Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "eval_reward_drop",
+                       f"{name} fell from {fmt(start)} to {fmt(end)} and stayed below {fmt(start - drop / 2)} "
+                       f"from step {onset} to the end")
+    return None
 
 
 @register_detector("reward_collapse", "reward falls sharply after rising and stays down")
 def detect_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    found_train = _train_reward_collapse(run, cfg)
+    if found_train:
+        return found_train
+    hit = _eval_score_drop(run, cfg)
+    return [hit] if hit is not None else []
+
+
+def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     found = run.resolve("reward_mean")
     if found is None:
         return []

@@ -19,6 +19,16 @@ from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, ROUTING_COLLAPSE, Finding
+from moeproxy.diagnose.rules import declare
+
+RULES = declare(ROUTING_COLLAPSE, {
+    "routing_entropy_drop": "router entropy down 30% of its early level and staying",
+    "layer_routing_entropy_drop": "one layer's router entropy down 30% and staying",
+    "load_imbalance_rise": "max/mean expert load doubled and staying",
+    "aux_loss_rise": "the load-balancing loss 1.5x its early level and staying",
+    "z_loss_rise": "router z-loss 3x and staying",
+}, thresholds={"routing_entropy_drop": ("routing_entropy_drop",), "load_imbalance_rise": ("load_imbalance_factor",),
+               "aux_loss_rise": ("aux_loss_factor",)})
 
 _LAYER = re.compile(r"^routing_entropy/layer_(\d+)$")
 

@@ -1,0 +1,96 @@
+"""Every rule a detector fires, declared once as an object: what it measures, the category it argues
+for, how much one finding of it weighs, and its place in the causal chain. The verdict
+(``verdict.py``) and the confidence (``confidence.py``) read these properties; no rule name is
+spelled anywhere else in their logic.
+
+A detector module declares its rules with ``declare(...)`` at import, next to the code that fires
+them (``detectors/overflow.py`` declares ``nonfinite_value``, ...). A finding names its rule by
+``Rule.name`` (the findings contract stores the name as a string).
+
+Properties:
+
+- ``category``: the failure category the rule's findings argue for (shared/LABELS.md).
+- ``decisive``: one finding settles the reading (non-finite values, a storm of skipped steps, a
+  blow-up of two orders of magnitude): confidence may be high on it alone.
+- ``spike``: a short excursion that recovered (a warning); it becomes the cause when a lasting
+  change (a ``damage`` rule) starts with it (the update that broke the policy).
+- ``damage``: a lasting change that a single bad update can leave behind (reward, entropy, KL).
+- ``chain``: the rule's place in the causal chain when it differs from its category's (an overflow
+  storm is the mechanism of the loss jump printed with it: it sits just before divergence).
+- ``thresholds``: the ``DiagnoseConfig`` fields the rule reads (stored with the findings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeproxy.diagnose.taxonomy import CATEGORIES, DIVERGENCE, KL_EXPLOSION, LENGTH_BLOWUP, HEALTHY
+from moeproxy.registry import Registry
+
+# shared/LABELS.md "Root cause" 3: the upstream order for findings that start together.
+CHAIN: tuple[str, ...] = (
+    "precision_mismatch", "routing_collapse", "overflow", "divergence", "entropy_collapse",
+    "reward_collapse", "vanishing_gradient",
+)
+# Categories the detectors report that LABELS.md files under another label.
+LABEL_OF: dict[str, str] = {KL_EXPLOSION: DIVERGENCE, LENGTH_BLOWUP: DIVERGENCE}
+# A secondary category's place in the chain: after what it is a symptom of.
+SECONDARY_RANK: dict[str, float] = {KL_EXPLOSION: 3.0, LENGTH_BLOWUP: 5.5}
+
+
+def label_of(category: str) -> str:
+    """The LABELS.md label a finding's category argues for."""
+    return LABEL_OF.get(category, category)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    category: str
+    measures: str
+    decisive: bool = False
+    spike: bool = False
+    damage: bool = False
+    chain: float | None = None
+    thresholds: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES or self.category == HEALTHY:
+            raise ValueError(f"rule {self.name}: unknown category {self.category!r}")
+
+    @property
+    def rank(self) -> float:
+        """Place in the causal chain (lower is upstream)."""
+        if self.chain is not None:
+            return self.chain
+        if self.category in SECONDARY_RANK:
+            return SECONDARY_RANK[self.category]
+        return float(CHAIN.index(label_of(self.category)))
+
+
+RULES: Registry[Rule] = Registry("rule")
+
+
+def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...] = (),
+            spike: tuple[str, ...] = (), damage: tuple[str, ...] = (),
+            chain: dict[str, float] | None = None,
+            thresholds: dict[str, tuple[str, ...]] | None = None) -> dict[str, Rule]:
+    """Declare a detector's rules: ``measures`` maps each rule name to what it measures; the
+    keyword tuples name the rules that have that property."""
+    out = {}
+    for name, what in measures.items():
+        rule = Rule(name, category, what, decisive=name in decisive, spike=name in spike,
+                    damage=name in damage, chain=(chain or {}).get(name),
+                    thresholds=(thresholds or {}).get(name, ()))
+        RULES.add(name, rule)
+        out[name] = rule
+    return out
+
+
+def rule_of(name: str, category: str) -> Rule:
+    """The declared rule (detector modules imported first); an undeclared name (a finding made by
+    hand) gets the plain properties of its category."""
+    import moeproxy.diagnose.detectors  # noqa: F401  (declarations are made at import)
+
+    rule = RULES.get(name)
+    return rule if rule is not None else Rule(name, category, "undeclared")

@@ -1,0 +1,134 @@
+"""Data semantics before detection: what the numbers of a run mean, read once, before any rule.
+
+shared/LABELS.md "Data before signals", implemented as its own stage. ``read_data(run)`` returns
+the run the detectors see and a ``DataReading`` that says what was set aside and why:
+
+- **Never computed.** An auxiliary metric (KL, entropy, a reward component, an aux loss, any
+  metric that is not the training loss or grad norm) that is NaN/null or a constant 0 in every
+  record carries no information: it is left out (a ``kl`` the run never logged is no overflow).
+  The training loss or grad norm non-finite in every record is kept: that is the computation
+  overflowing from the start (or no update ever applied).
+- **Logging artefacts at the edges.** A lone non-finite value in the first record followed by
+  finite records (a record written before any update: an eval-only line at step 0), or in the last
+  record preceded by finite ones when that record is partial (fewer metrics than the records
+  before it: a crash mid-write), is not overflow: it is masked.
+- **Record kinds** (rollout / train / eval lines) are told apart by the readers (an eval record's
+  metrics are named ``eval/...``/``val/...``); here they are only listed.
+- **The step counter** is chosen by the readers (the outer counter: rollout or optimizer step).
+
+Pure: a RunSeries in, a RunSeries out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from moeproxy.diagnose.series import RunSeries
+
+# The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
+CORE_METRICS = ("loss", "grad_norm")
+KIND_PREFIXES = ("eval/", "val/", "test/", "rollout/", "validation/")
+
+
+@dataclass
+class DataReading:
+    """What the data stage decided, for the findings' ``data`` entry and for people."""
+
+    never_computed: dict[str, str] = field(default_factory=dict)   # metric -> why
+    masked: dict[str, list[int]] = field(default_factory=dict)      # metric -> steps masked
+    kinds: list[str] = field(default_factory=list)                  # record kinds seen
+    records: int = 0
+    first_step: int = 0
+    last_step: int = 0
+    step_gap: float = 1.0                                            # median gap between records
+
+    def to_dict(self) -> dict:
+        return {"never_computed": dict(self.never_computed), "masked": dict(self.masked),
+                "kinds": list(self.kinds), "records": self.records, "first_step": self.first_step,
+                "last_step": self.last_step, "step_gap": self.step_gap}
+
+
+def _core_names(run: RunSeries) -> set[str]:
+    names = set()
+    for canonical in CORE_METRICS:
+        found = run.resolve(canonical)
+        if found is not None:
+            names.add(found[0])
+    return names
+
+
+def _is_core(name: str, core: set[str]) -> bool:
+    """The training loss or grad norm, under its canonical name or a spelling of its own (a loss
+    named by what it optimises: ``GD_loss``), never an auxiliary loss (KL, balance, z, entropy)."""
+    if name in core:
+        return True
+    low = name.lower()
+    if any(k in low for k in ("kl", "aux", "balanc", "z_loss", "entropy", "val", "eval", "test")):
+        return False
+    return low.endswith("loss") or low.endswith("grad_norm")
+
+
+def never_computed(name: str, values: np.ndarray, core: set[str]) -> str | None:
+    """Why a series carries no information (or None): non-finite in every record, or a constant 0
+    in every record, for a metric that is not the training loss or grad norm."""
+    if _is_core(name, core) or values.size == 0:
+        return None
+    finite = np.isfinite(values)
+    if not finite.any():
+        return f"non-finite or null in all {values.size} records: never computed"
+    if values.size >= 3 and finite.all() and not np.any(values):
+        return f"0 in all {values.size} records: never computed"
+    return None
+
+
+def edge_artefacts(series: pd.Series, record_counts: pd.Series) -> list[int]:
+    """Steps of a lone non-finite value in the first record (finite records follow), or in a
+    partial last record (finite records before it; fewer metrics logged at that step than usual)."""
+    v = series.to_numpy(dtype=float)
+    if v.size < 3:
+        return []
+    bad = ~np.isfinite(v)
+    out = []
+    if bad[0] and not bad[1:3].any():
+        out.append(int(series.index[0]))
+    if bad[-1] and not bad[-3:-1].any():
+        last = int(series.index[-1])
+        usual = float(np.median(record_counts.to_numpy())) if len(record_counts) else 0.0
+        if record_counts.get(last, 0) < usual:
+            out.append(last)
+    return out
+
+
+def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
+    """The run the detectors see, and what was set aside."""
+    reading = DataReading()
+    core = _core_names(run)
+    # metrics logged at each step: a partial last record logs fewer than the others
+    counts = pd.Series(dtype="int64")
+    for name in run.names:
+        s = run.get(name)
+        counts = counts.add(pd.Series(1, index=s.index), fill_value=0)
+    reading.records = int(len(counts))
+    if len(counts):
+        steps = counts.index.to_numpy()
+        reading.first_step, reading.last_step = int(steps.min()), int(steps.max())
+        reading.step_gap = float(np.median(np.diff(np.sort(steps)))) if len(steps) > 1 else 1.0
+    kept: dict[str, pd.Series] = {}
+    for name in run.names:
+        s = run.get(name)
+        why = never_computed(name, s.to_numpy(dtype=float), core)
+        if why is not None:
+            reading.never_computed[name] = why
+            continue
+        masked = edge_artefacts(s, counts)
+        if masked:
+            reading.masked[name] = masked
+            s = s.drop(masked)
+        kept[name] = s
+        for prefix in KIND_PREFIXES:
+            if name.startswith(prefix) and prefix.rstrip("/") not in reading.kinds:
+                reading.kinds.append(prefix.rstrip("/"))
+    return RunSeries(kept), reading
