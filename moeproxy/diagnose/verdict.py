@@ -96,21 +96,24 @@ def causal_choice(findings: list[Finding], tie: float) -> Finding | None:
 
 
 def alternatives(findings: list[Finding], cause: Finding | None, run: RunSeries, tie: float) -> list[dict]:
-    """Other readings the evidence supports: each other label with a lasting finding whose onset
-    is close behind the cause's (within a tenth of the run, or a few records), with why."""
+    """Other readings the evidence supports: each other label with a lasting finding that starts
+    together with the cause (within the tie window), which only the causal order put downstream.
+    A finding that starts later is what the cause led to, not another reading, and so is a
+    non-decisive finding beside a decisive cause (a reward that falls as the loss turns NaN)."""
     if cause is None:
         return []
     verdict = label_of(cause.category)
-    close = max(3 * tie, 0.1 * run.span)
+    decisive = rule_of(cause.rule, cause.category).decisive
     out: dict[str, dict] = {}
     for f in sorted(candidates(findings), key=lambda f: f.onset_step):
         label = label_of(f.category)
-        if label == verdict or label in out or f.onset_step - cause.onset_step > close:
+        if label == verdict or label in out or f.onset_step - cause.onset_step > tie:
             continue
-        why = ("starts with the cause; the causal order put it downstream"
-               if abs(f.onset_step - cause.onset_step) <= tie
-               else f"starts {int(f.onset_step - cause.onset_step)} steps after the cause")
-        out[label] = {"category": label, "onset_step": int(f.onset_step), "rule": f.rule, "why": why}
+        if decisive and not rule_of(f.rule, f.category).decisive:
+            continue
+        out[label] = {"category": label, "onset_step": int(f.onset_step), "rule": f.rule,
+                      "why": f"{f.metric} [{f.rule}] starts with the cause (step {int(f.onset_step)}); "
+                             f"LABELS.md's causal order puts {label} downstream of {verdict}"}
     return list(out.values())
 
 

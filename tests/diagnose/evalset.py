@@ -263,14 +263,16 @@ def generate_eval_set(seed: int = 7, per_kind: int = 6) -> list[LabelledRun]:
         steps, d = _base(rng, n, every, "rl", False)
         i0 = _onset_index(rng, n)
         d["kl"] *= np.exp(_ramp(n, i0, max(2, n // 10)) * np.log(rng.uniform(30, 100)))
-        return _make(name, "kl_explosion", i0, steps, d, "rl", "KL to reference explodes")
+        # shared/LABELS.md files the policy running away from the reference under divergence
+        return _make(name, "divergence", i0, steps, d, "rl", "KL to reference explodes")
 
     def length_blowup(name, n, every):
         steps, d = _base(rng, n, every, "rl", False)
         i0 = _onset_index(rng, n)
         d["response_length_mean"] *= np.exp(_ramp(n, i0, max(2, n // 10)) * np.log(3))
         d["truncation_rate"] += _ramp(n, i0, max(2, n // 10)) * 0.4
-        return _make(name, "length_blowup", i0, steps, d, "rl", "responses grow to the limit")
+        # no other lasting anomaly: a runaway of the responses is the blow-up (LABELS.md divergence)
+        return _make(name, "divergence", i0, steps, d, "rl", "responses grow to the limit")
 
     def vanishing(name, n, every):
         steps, d = _base(rng, n, every, "rl", False)

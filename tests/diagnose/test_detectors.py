@@ -33,7 +33,7 @@ def test_contract_shape_and_json_safe():
     g = noisy()
     g[150:] = np.inf
     res = diagnose_series({"grad_norm": series(g)})
-    assert set(res) == {"verdict", "onset_step", "confidence", "confidence_reason", "findings"}
+    assert set(res) == {"verdict", "onset_step", "confidence", "confidence_reason", "alternatives", "findings", "config", "data"}
     assert res["confidence"] in ("high", "medium", "low")
     assert res["verdict"] == "overflow" and res["onset_step"] == 151
     for f in res["findings"]:
@@ -247,7 +247,8 @@ def test_kl_to_reference_growing_from_zero_is_normal_but_a_blowup_is_not():
     calm = 0.01 * np.exp(rng.normal(0, 0.1, n))
     calm[30:] *= 40
     res = diagnose_series({"kl": series(calm)})
-    assert res["verdict"] == "kl_explosion" and res["onset_step"] == 31
+    # LABELS.md: KL to the reference exploding and staying is the policy blowing up: divergence
+    assert res["verdict"] == "divergence" and res["onset_step"] == 31
 
 
 def test_mostly_truncated_responses_are_a_warning():
@@ -256,13 +257,18 @@ def test_mostly_truncated_responses_are_a_warning():
     assert res["findings"][0]["rule"] == "truncation_high" and res["findings"][0]["severity"] == "warning"
 
 
-def test_entropy_blowup_is_a_warning():
+def test_entropy_doubling_is_a_warning_and_x3_a_divergence():
+    # LABELS.md: "entropy x3 or more and climbing" is the policy blowing up; doubling is a warning
     rng = np.random.default_rng(6)
     h = 0.6 * np.exp(rng.normal(0, 0.03, 60))
-    h[40:] *= 3
+    h[40:] *= 2.2
     res = diagnose_series({"policy_entropy": series(h)})
     assert res["verdict"] == "healthy"
-    assert res["findings"][0]["rule"] == "entropy_blowup" and res["findings"][0]["onset_step"] == 41
+    assert res["findings"][0]["rule"] == "entropy_rise" and res["findings"][0]["onset_step"] == 41
+    h[40:] *= 2
+    res = diagnose_series({"policy_entropy": series(h)})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 41
+    assert res["findings"][0]["rule"] == "entropy_blowup"
 
 
 def test_config_round_trips_through_json():

@@ -29,9 +29,11 @@ def _rules(result: dict) -> dict[str, str]:
     return {f["rule"]: f["severity"] for f in result["findings"] if f["category"] == "precision_mismatch"}
 
 
-def test_gap_opening_with_an_entropy_blowup_is_a_symptom_of_the_collapse():
+def test_gap_opening_with_an_entropy_blowup_is_a_symptom_of_the_blowup():
+    # LABELS.md: the policy blew up (entropy x13 and staying), the reward fell after it (divergence),
+    # and a gap that opens with the blow-up is its symptom
     result = _run(entropy_jump_at=ONSET, reward_falls_at=ONSET + 1)
-    assert result["verdict"] == "reward_collapse"
+    assert result["verdict"] == "divergence" and result["onset_step"] == ONSET
     assert _rules(result).get("mismatch_with_blowup") == "warning"
 
 
@@ -43,5 +45,5 @@ def test_gap_opening_while_the_policy_is_sharp_is_a_precision_fault():
 
 
 def test_with_nothing_else_wrong_the_gap_stays_the_verdict():
-    result = _run(entropy_jump_at=ONSET, reward_falls_at=None)
-    assert result["verdict"] == "precision_mismatch"
+    result = _run(entropy_jump_at=None, reward_falls_at=None)
+    assert result["verdict"] == "precision_mismatch" and result["onset_step"] == ONSET
