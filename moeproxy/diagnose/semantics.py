@@ -12,6 +12,9 @@ the run the detectors see and a ``DataReading`` that says what was set aside and
   finite records (a record written before any update: an eval-only line at step 0), or in the last
   record preceded by finite ones when that record is partial (fewer metrics than the records
   before it: a crash mid-write), is not overflow: it is masked.
+- **Empty updates.** A record where the loss and the grad norm are both exactly 0 is an update
+  with nothing to learn from (GRPO: every group's rewards equal, no active sequence): the other
+  metrics that read exactly 0 there (entropy, KL) were not measured, and are masked.
 - **Record kinds** (rollout / train / eval lines) are told apart by the readers (an eval record's
   metrics are named ``eval/...``/``val/...``); here they are only listed.
 - **The step counter** is chosen by the readers (the outer counter: rollout or optimizer step).
@@ -102,6 +105,16 @@ def edge_artefacts(series: pd.Series, record_counts: pd.Series) -> list[int]:
     return out
 
 
+def _empty_updates(run: RunSeries) -> pd.Index:
+    """Steps where the loss and the grad norm are both exactly 0 (updates with nothing to learn)."""
+    loss, grad = run.resolve("loss"), run.resolve("grad_norm")
+    if loss is None or grad is None:
+        return pd.Index([], dtype="int64")
+    both = loss[1].index.intersection(grad[1].index)
+    zero = (loss[1].loc[both].to_numpy() == 0) & (grad[1].loc[both].to_numpy() == 0)
+    return both[zero]
+
+
 def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
     """The run the detectors see, and what was set aside."""
     reading = DataReading()
@@ -116,6 +129,7 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
         steps = counts.index.to_numpy()
         reading.first_step, reading.last_step = int(steps.min()), int(steps.max())
         reading.step_gap = float(np.median(np.diff(np.sort(steps)))) if len(steps) > 1 else 1.0
+    empty = _empty_updates(run)
     kept: dict[str, pd.Series] = {}
     for name in run.names:
         s = run.get(name)
@@ -124,6 +138,11 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
             reading.never_computed[name] = why
             continue
         masked = edge_artefacts(s, counts)
+        if len(empty) and name not in core and not _is_core(name, core):
+            at = s.index.intersection(empty)
+            zeros = [int(t) for t in at[(s.loc[at] == 0).to_numpy()]]
+            if zeros and len(zeros) < len(s):
+                masked = sorted(set(masked) | set(zeros))
         if masked:
             reading.masked[name] = masked
             s = s.drop(masked)
