@@ -3,8 +3,8 @@ per-category precision/recall, onset errors (share of each run's step range) and
 
     python bench/diagnose_eval.py [--seed 7] [--per-kind 6] [--formats] [--real] [--long 100000]
 
-``--real`` also scores the labelled real public logs (bench/real_logs.py): the shared development
-set and the collected set, each whole and in two fixed halves.
+``--real`` also scores every labelled real public log (bench/real_logs.py): each set, the
+first-sight history of the blind sets, and leave-one-source-out cross-validation.
 
 ``--formats`` also writes every run in its real framework formats, ingests each file into an
 in-memory store and diagnoses the stored run (the path `moeproxy diagnose FILE` takes).
@@ -115,14 +115,9 @@ def main(argv=None) -> int:
         print_report("same runs written in framework formats, ingested, diagnosed", cases, time.perf_counter() - t0)
     if args.real:
         sys.path.insert(0, str(ROOT / "bench"))
-        from real_logs import half_of, report
-        from real_logs import evaluate as evaluate_real
+        from real_logs import main as real_logs_main
 
-        for folder in ("shared", "collected", "blind"):
-            real = evaluate_real(ROOT / "tests" / "fixtures" / "real" / folder)
-            report(f"real logs: {folder} set", real)
-            for half in (0, 1):
-                report(f"real logs: {folder} set, half {half}", [c for c in real if half_of(c.file) == half])
+        real_logs_main(["--cv"])  # every labelled set, first-sight history, cross-validation
     if args.long:
         time_long_run(args.long)
     return 0

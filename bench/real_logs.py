@@ -33,6 +33,14 @@ def main(argv=None) -> int:
     ap.add_argument("--write-model", type=Path, help="write the learned verdict fitted on every log")
     args = ap.parse_args(argv)
     folders = args.folders or labelled_sets()
+    history = REAL / "first_sight.json"
+    if history.is_file() and not args.folders:
+        import json
+
+        print("== first-sight scores of the blind sets (scored once, before anyone looked at moeproxy's output)")
+        for row in json.loads(history.read_text()):
+            print(f"  {row['set']:<10} {row['date']}  {row['logs']:>3} logs  verdicts {row['verdicts']}  "
+                  f"onsets {row['onsets']}  failures found {row['failures_found']}  ({row['commit']})")
     every = []
     for folder in folders:
         cases = evaluate(folder)

@@ -64,12 +64,15 @@ def _core_names(run: RunSeries) -> set[str]:
 
 
 def _is_core(name: str, core: set[str]) -> bool:
-    """The training loss or grad norm, under its canonical name or a spelling of its own (a loss
-    named by what it optimises: ``GD_loss``), never an auxiliary loss (KL, balance, z, entropy)."""
+    """The training loss or grad norm: the canonical ones, or, in a run that logs no canonical
+    loss, a loss named by what it optimises (``GD_loss``); never an auxiliary, evaluation or
+    prediction loss (KL, balance, z, entropy, eval, predict)."""
     if name in core:
         return True
+    if core:
+        return False
     low = name.lower()
-    if any(k in low for k in ("kl", "aux", "balanc", "z_loss", "entropy", "val", "eval", "test")):
+    if any(k in low for k in ("kl", "aux", "balanc", "z_loss", "entropy", "val", "eval", "test", "predict")):
         return False
     return low.endswith("loss") or low.endswith("grad_norm")
 

@@ -30,6 +30,7 @@ RULES.update(declare(DIVERGENCE, {
 }, decisive=("length_runaway",)))
 
 
+START_SHARE = 0.1       # a pin that starts within the first tenth of the records was there from the start
 PINNED_RECORDS = 3      # records at the length cap, to the end of the run, that make a runaway
 PINNED_SHARE = 0.8      # share of the records from the onset on that sit at the cap (a dip is allowed)
 GRAD_SPIKE_FACTOR = 3.0  # grad norm this far above its median before the pin: the update blew up too
@@ -105,14 +106,18 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         text = (f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} to the end "
                 f"({count} records): responses run away to the generation limit")
         mean_up = _mean_length_up(run, onset)
-        if mean_up is False:
+        records = len(run.resolve("response_length_max")[1])
+        from_start = onset <= run.first_step or count >= (1 - START_SHARE) * records
+        if mean_up is False or from_start:
             # the longest answer of a batch touching the cap is ordinary; a runaway moves the mean
+            why = ("from the start of the run: the cap is short, nothing ran away" if from_start
+                   else "while the mean length does not grow")
             out.append(Finding(LENGTH_BLOWUP, onset, WARNING, name, "length_max_at_cap",
                                f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} ({count} "
-                               f"records) while the mean length does not grow"))
+                               f"records) {why}"))
         else:
             out.append(Finding(LENGTH_BLOWUP, onset, CRITICAL, name, "length_pinned", text))
-        grad = _grad_blowup_near(run, onset) if mean_up is not False else None
+        grad = _grad_blowup_near(run, onset) if mean_up is not False and not from_start else None
         if grad is not None:
             gname, median, peak, peak_step = grad
             # the policy update itself blows up with the runaway: a divergence, which entropy and
