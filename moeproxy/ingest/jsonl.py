@@ -35,7 +35,7 @@ STEP_KEYS = (
 # reward; configuration and summary records carry no series and are skipped.
 KIND_KEYS = ("type", "split", "kind", "phase", "mode", "record_type", "event")
 TRAIN_KINDS = frozenset({"train", "training", "trainer", "update", "optim", "optimizer", "step", "metrics",
-                         "log"})
+                         "log", "rollout", "rollouts", "generation", "sampling"})
 SKIP_KINDS = frozenset({"config", "args", "arguments", "hparams", "hyperparameters", "meta", "metadata",
                         "summary", "final", "header", "setup", "init"})
 EVAL_KINDS = frozenset({"eval", "evaluation", "val", "valid", "validation", "test", "heldout"})

@@ -1,0 +1,89 @@
+"""The data stage (shared/LABELS.md "Data before signals"): what a run's numbers mean, read before
+any rule fires."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from moeproxy.diagnose import diagnose_series
+from moeproxy.diagnose.semantics import read_data
+from moeproxy.diagnose.series import RunSeries
+
+
+def _series(values, start=0):
+    return pd.Series(np.asarray(values, dtype=float), index=np.arange(start, start + len(values)))
+
+
+def _healthy_loss(n=40):
+    return 3.0 - 0.01 * np.arange(n) + np.random.default_rng(0).normal(0, 0.01, n)
+
+
+def test_an_auxiliary_metric_never_computed_is_no_evidence_but_the_loss_is():
+    run = RunSeries({"loss": _series(_healthy_loss()), "kl": _series([np.nan] * 40),
+                     "reward_component": _series([0.0] * 40)})
+    kept, reading = read_data(run)
+    assert set(kept.names) == {"loss"}
+    assert set(reading.never_computed) == {"kl", "reward_component"}
+    assert diagnose_series({"loss": _healthy_loss(), "kl": [np.nan] * 40})["verdict"] == "healthy"
+    # the training loss non-finite from its first record, the run going on: overflow from the start
+    res = diagnose_series({"loss": [np.nan] * 40, "lr": np.linspace(1e-4, 1e-3, 40)})
+    assert res["verdict"] == "overflow"
+
+
+def test_a_lone_nonfinite_first_record_is_an_artefact_a_nan_out_of_a_calm_run_is_not():
+    loss = _healthy_loss()
+    first = loss.copy()
+    first[0] = np.nan
+    res = diagnose_series({"loss": first})
+    assert res["verdict"] == "healthy" and res["data"]["masked"] == {"loss": [0]}
+    later = loss.copy()
+    later[25:] = np.nan
+    assert diagnose_series({"loss": later})["verdict"] == "overflow"
+
+
+def test_a_partial_last_record_is_an_artefact_a_whole_one_is_not():
+    loss, grad = _healthy_loss(), np.full(40, 1.0)
+    cut = loss.copy()
+    cut[-1] = np.nan
+    # the last record holds the loss only (the grad norm was never written): partial
+    res = diagnose_series({"loss": cut, "grad_norm": dict(enumerate(grad[:-1]))})
+    assert res["verdict"] == "healthy"
+    whole = grad.copy()
+    whole[-1] = np.nan
+    assert diagnose_series({"loss": cut, "grad_norm": whole})["verdict"] == "overflow"
+
+
+def test_updates_with_nothing_to_learn_mask_the_zeros_of_other_metrics():
+    n = 30
+    loss, grad = np.full(n, 0.1), np.full(n, 0.5)
+    entropy = np.linspace(1.0, 0.9, n)
+    loss[:3] = grad[:3] = entropy[:3] = 0.0  # GRPO rows with no active sequence
+    kept, reading = read_data(RunSeries({k: _series(v) for k, v in
+                                         {"loss": loss, "grad_norm": grad, "policy_entropy": entropy}.items()}))
+    assert reading.masked == {"policy_entropy": [0, 1, 2]}
+    assert kept.get("policy_entropy").index[0] == 3
+
+
+def test_json_records_of_several_kinds_are_separate_series_on_the_outer_counter(tmp_path):
+    from moeproxy.ingest import parse_file
+
+    lines = [{"type": "config", "lr": 1e-5}]
+    for step in range(1, 6):
+        lines.append({"type": "rollout", "grpo_step": step, "reward": 0.5 + 0.01 * step})
+        for update in range(2):
+            lines.append({"type": "train", "grpo_step": step, "optimizer_step": 2 * step + update,
+                          "loss": 0.1, "grad_norm": 1.0, "reference_kl": None})
+        if step % 2 == 0:
+            lines.append({"type": "eval", "grpo_step": step, "reward": 0.3})
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    frame = parse_file(path).frame
+    assert sorted(frame["step"].unique()) == [1, 2, 3, 4, 5]  # the rollout counter, not the optimizer's
+    metrics = set(frame["metric"])
+    assert {"eval/reward", "loss", "grad_norm"} <= metrics and ({"reward_mean", "reward"} & metrics)
+    assert "lr" not in metrics  # the config record carries no series
+    evals = frame[frame["metric"] == "eval/reward"]
+    assert sorted(evals["step"]) == [2, 4]
