@@ -10,6 +10,7 @@ skipped and counted.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -158,6 +159,10 @@ def record_kind(record: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
+VAL_KINDS = frozenset({"val", "valid", "validation"})
+LOOKAHEAD = 5000  # records read ahead to learn which kinds a file holds and whether it counts steps
+
+
 def _kind_prefix(kind: str, kinds: set[str]) -> str | None:
     """The name prefix of a record kind: "" for the training records, None to skip the record."""
     if kind in SKIP_KINDS:
@@ -165,7 +170,7 @@ def _kind_prefix(kind: str, kinds: set[str]) -> str | None:
     if kind in TRAIN_KINDS:
         return ""
     if kind in EVAL_KINDS:
-        return "eval/" if kind != "val" and kind != "valid" and kind != "validation" else "val/"
+        return "val/" if kind in VAL_KINDS else "eval/"
     # the one kind that is not eval or config, when no training kind is named (a rollout-only log)
     return "" if not (kinds & TRAIN_KINDS) and len(kinds - SKIP_KINDS - EVAL_KINDS) == 1 else f"{kind}/"
 
@@ -175,27 +180,34 @@ def _records_to_table(records, table: LogTable) -> bool:
 
     Records of several kinds (a ``type``/``split`` field: rollout, train, eval lines) are separate
     series on the shared step counter (see ``record_kind``); a record without a step counter takes
-    the step of the record before it when the others have one (a config line first)."""
-    records = [flatten(obj) for obj in records]
-    kinds = {k for r in records[:5000] if (k := record_kind(r)[1]) is not None}
-    with_step = sum(split_step(r)[0] is not None for r in records[:5000])
-    from_index = with_step == 0
+    the step of the record before it when the others have one (a config line first). The first
+    ``LOOKAHEAD`` records decide both; the rest stream through."""
+    flat_records = map(flatten, records)
+    ahead = list(itertools.islice(flat_records, LOOKAHEAD))
+    kinds = {k for r in ahead if (k := record_kind(r)[1]) is not None}
+    from_index = not any(split_step(r)[0] is not None for r in ahead)
+    prefixes: dict[str, str | None] = {}
     last = None
-    for index, flat in enumerate(records):
+    for index, flat in enumerate(itertools.chain(ahead, flat_records)):
         key, kind = record_kind(flat) if kinds else (None, None)
-        prefix = "" if kind is None else _kind_prefix(kind, kinds)
-        if prefix is None:
-            continue
+        if kind is None:
+            prefix = ""
+        else:
+            if kind not in prefixes:
+                prefixes[kind] = _kind_prefix(kind, kinds)
+            prefix = prefixes[kind]
+            if prefix is None:
+                continue
         step, metrics = split_step(flat)
         if key is not None:
             metrics.pop(key, None)
         if step is None:
-            if not from_index:
-                if last is None:
-                    continue  # a record before the first counted one (a config or a banner)
-                step = last
-            else:
+            if from_index:
                 step = index
+            elif last is None:
+                continue  # a record before the first counted one (a config or a banner)
+            else:
+                step = last
         last = step
         if prefix:
             metrics = {f"{prefix}{k}": v for k, v in metrics.items()}
