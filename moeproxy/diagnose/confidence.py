@@ -30,7 +30,7 @@ def records(run: RunSeries) -> int:
 
 
 def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Finding],
-           cause: Finding | None = None, alternatives: list[dict] | None = None) -> tuple[str, str]:
+           alternatives: list[dict] | None = None) -> tuple[str, str]:
     """(confidence, why)."""
     n = records(run)
     if verdict == HEALTHY:

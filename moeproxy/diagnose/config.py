@@ -42,8 +42,12 @@ class DiagnoseConfig:
     truncation_limit: float = 0.1
     vanishing_fraction: float = 1e-3
     vanishing_min_records: int = 5
-    tie_fraction: float = 0.05         # onsets this close (share of the step range, the onset
-                                       # tolerance) are "together": the causal order decides
+    tie_records: int = 2               # LABELS.md: onsets "within the same record or two" (at the log's own
+                                       # resolution) are together: the causal order decides
+    eval_drop_share: float = 0.4       # an evaluation score that loses this share of its early level for good
+    eval_min_drop: float = 0.1         # ... and at least this much (scores in [0, 1]): a reward collapse
+    validation_rise: float = 1.25      # a validation loss that rose less than this did not see a train-loss jump
+    cap_from_start_share: float = 0.1  # responses at the length cap from within this share of the records: the cap is short
 
     def __post_init__(self) -> None:
         for f in fields(self):

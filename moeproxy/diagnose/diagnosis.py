@@ -19,7 +19,7 @@ from moeproxy.diagnose.semantics import read_data
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
 from moeproxy.diagnose.rules import label_of
-from moeproxy.diagnose.verdict import (alternatives, causal_choice, demote_blowup_mismatch, order_findings,
+from moeproxy.diagnose.verdict import (alternatives, causal_choice, demote_symptoms, order_findings,
                                        promote_damaging_spikes, tie_window)
 
 
@@ -40,14 +40,14 @@ def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
 
 def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data: dict | None = None) -> dict:
     """The findings contract from a run's findings: verdict, onset, confidence, alternatives."""
-    tie = tie_window(run, config.tie_fraction)
+    tie = tie_window(run, config.tie_records)
     findings = promote_damaging_spikes(findings, tie)
-    findings = demote_blowup_mismatch(findings, tie)
+    findings = demote_symptoms(findings)
     cause = causal_choice(findings, tie)
     verdict = label_of(cause.category) if cause is not None else "healthy"
     onset = int(cause.onset_step) if cause is not None else None
-    alts = alternatives(findings, cause, run, tie)
-    confidence, why = assess(run, verdict, onset, findings, cause, alts)
+    alts = alternatives(findings, cause, tie)
+    confidence, why = assess(run, verdict, onset, findings, alts)
     out = {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,
            "alternatives": alts,
            "findings": [f.to_dict() for f in order_findings(findings, verdict)],

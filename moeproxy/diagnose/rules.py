@@ -15,6 +15,8 @@ Properties:
 - ``spike``: a short excursion that recovered (a warning); it becomes the cause when a lasting
   change (a ``damage`` rule) starts with it (the update that broke the policy).
 - ``damage``: a lasting change that a single bad update can leave behind (reward, entropy, KL).
+- ``symptom_of``: labels whose lasting damage, when it starts with or before this rule's finding,
+  makes the finding its symptom (a train/rollout gap opened by the policy blowing up).
 - ``chain``: the rule's place in the causal chain when it differs from its category's (an overflow
   storm is the mechanism of the loss jump printed with it: it sits just before divergence).
 - ``thresholds``: the ``DiagnoseConfig`` fields the rule reads (stored with the findings).
@@ -51,6 +53,7 @@ class Rule:
     decisive: bool = False
     spike: bool = False
     damage: bool = False
+    symptom_of: tuple[str, ...] = ()
     chain: float | None = None
     thresholds: tuple[str, ...] = ()
 
@@ -73,6 +76,7 @@ RULES: Registry[Rule] = Registry("rule")
 
 def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...] = (),
             spike: tuple[str, ...] = (), damage: tuple[str, ...] = (),
+            symptom_of: dict[str, tuple[str, ...]] | None = None,
             chain: dict[str, float] | None = None,
             thresholds: dict[str, tuple[str, ...]] | None = None) -> dict[str, Rule]:
     """Declare a detector's rules: ``measures`` maps each rule name to what it measures; the
@@ -80,7 +84,8 @@ def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...
     out = {}
     for name, what in measures.items():
         rule = Rule(name, category, what, decisive=name in decisive, spike=name in spike,
-                    damage=name in damage, chain=(chain or {}).get(name),
+                    damage=name in damage, symptom_of=(symptom_of or {}).get(name, ()),
+                    chain=(chain or {}).get(name),
                     thresholds=(thresholds or {}).get(name, ()))
         RULES.add(name, rule)
         out[name] = rule

@@ -131,7 +131,6 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
     if len(counts):
         steps = counts.index.to_numpy()
         reading.first_step, reading.last_step = int(steps.min()), int(steps.max())
-        reading.step_gap = float(np.median(np.diff(np.sort(steps)))) if len(steps) > 1 else 1.0
     empty = _empty_updates(run)
     kept: dict[str, pd.Series] = {}
     for name in run.names:
@@ -153,4 +152,6 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
         for prefix in KIND_PREFIXES:
             if name.startswith(prefix) and prefix.rstrip("/") not in reading.kinds:
                 reading.kinds.append(prefix.rstrip("/"))
-    return RunSeries(kept), reading
+    out = RunSeries(kept)
+    reading.step_gap = out.step_gap
+    return out, reading

@@ -101,6 +101,14 @@ class RunSeries:
         return list(self._series)
 
     @property
+    def step_gap(self) -> float:
+        """The log's resolution: the median gap between the steps at which anything is logged."""
+        if not self._series:
+            return 1.0
+        steps = np.unique(np.concatenate([s.index.to_numpy() for s in self._series.values()]))
+        return float(np.median(np.diff(steps))) if steps.size > 1 else 1.0
+
+    @property
     def span(self) -> int:
         """The run's step range (at least 1, so shares of it are defined)."""
         return max(1, self.last_step - self.first_step)

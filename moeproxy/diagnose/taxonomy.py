@@ -1,9 +1,11 @@
-"""The failure taxonomy: category names, severities, causal order, and the Finding record.
+"""The failure taxonomy: category names, severities and the Finding record (the causal order is
+shared/LABELS.md's, in ``rules.CHAIN``).
 
 A Finding is one rule that fired on one metric. It serialises to exactly the findings contract of
 shared/DESIGN.md: ``{"category", "onset_step", "severity", "metric", "rule", "evidence"}``.
-Main categories come from the issue; secondary ones (kl_explosion, length_blowup,
-vanishing_gradient) are reported but only become the verdict when no main category fired.
+Main categories come from the issue; secondary ones (length_blowup, vanishing_gradient) are
+reported but only become the verdict when no main category lasted. ``kl_explosion`` is kept so that
+findings stored before LABELS.md filed KL blow-ups under divergence still read.
 """
 
 from __future__ import annotations
@@ -31,21 +33,6 @@ MAIN_CATEGORIES: tuple[str, ...] = (
 )
 SECONDARY_CATEGORIES: tuple[str, ...] = (KL_EXPLOSION, LENGTH_BLOWUP, VANISHING_GRADIENT)
 CATEGORIES: tuple[str, ...] = (HEALTHY, *MAIN_CATEGORIES, *SECONDARY_CATEGORIES)
-
-# When two critical findings start at (nearly) the same step, the one that usually moves first is
-# the cause: mismatch and router metrics, then gradients, then loss/entropy, then reward/length
-# (shared/research/logs-and-failures.md §2, "causal ordering").
-CAUSAL_ORDER: tuple[str, ...] = (
-    PRECISION_MISMATCH,
-    ROUTING_COLLAPSE,
-    DIVERGENCE,
-    OVERFLOW,
-    KL_EXPLOSION,
-    ENTROPY_COLLAPSE,
-    VANISHING_GRADIENT,
-    REWARD_COLLAPSE,
-    LENGTH_BLOWUP,
-)
 
 CRITICAL = "critical"
 WARNING = "warning"

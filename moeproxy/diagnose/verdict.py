@@ -7,33 +7,23 @@
 3. Findings that start within the same record or two (at the log's own resolution) are together:
    the one upstream in the causal chain (``Rule.rank``: precision mismatch / routing -> overflow ->
    divergence -> entropy collapse -> reward collapse -> vanishing gradient) is the cause.
-4. When the evidence supports another reading (another lasting category close behind the cause, a
-   cause that is only a symptom of a blow-up), it is listed in ``alternatives``.
+4. Another label whose lasting finding starts together with the cause is listed in
+   ``alternatives`` (only the causal order put it downstream).
 
-One more reading from LABELS.md, "precision mismatch ... not this: a gap that opens only after the
-policy has already blown up": a mismatch that opens together with an entropy blow-up is that
-blow-up's symptom (``mismatch_with_blowup``) whenever another lasting category names the outcome.
+Before that, a lasting finding that is a symptom of damage that started before it
+(``Rule.symptom_of``; LABELS.md: a train/rollout gap that opens after the policy blew up) is a warning.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from moeproxy.diagnose.robust import fmt
 from moeproxy.diagnose.rules import label_of, rule_of
 from moeproxy.diagnose.series import RunSeries
-from moeproxy.diagnose.taxonomy import (CRITICAL, DIVERGENCE, HEALTHY, MAIN_CATEGORIES, PRECISION_MISMATCH,
-                                        SEVERITIES, WARNING, Finding)
+from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, MAIN_CATEGORIES, SEVERITIES, WARNING, Finding
 
-TIE_RECORDS = 2  # LABELS.md: "start within the same record or two"
-
-
-def tie_window(run: RunSeries, tie_fraction: float) -> float:
-    """Steps within which two onsets are "together": two records at the log's own resolution
-    (the median gap between logged steps), and never more than ``tie_fraction`` of the run."""
-    steps = np.unique(np.concatenate([run.get(n).index.to_numpy() for n in run.names])) if run.names else np.zeros(1)
-    gap = float(np.median(np.diff(steps))) if steps.size > 1 else 1.0
-    return max(TIE_RECORDS * gap, min(tie_fraction * run.span, 10 * gap))
+def tie_window(run: RunSeries, tie_records: int) -> float:
+    """Steps within which two onsets are "together": ``tie_records`` records at the log's own
+    resolution (``RunSeries.step_gap``)."""
+    return tie_records * run.step_gap
 
 
 def promote_damaging_spikes(findings: list[Finding], tie: float) -> list[Finding]:
@@ -52,22 +42,23 @@ def promote_damaging_spikes(findings: list[Finding], tie: float) -> list[Finding
     return out
 
 
-def demote_blowup_mismatch(findings: list[Finding], tie: float) -> list[Finding]:
-    """A critical train/rollout gap that opens together with (or after) an entropy blow-up of the
-    policy becomes a warning when another lasting category names the outcome: a near-uniform
-    policy samples the low-probability tokens where the two engines disagree most."""
-    blowups = [f.onset_step for f in findings if f.severity == CRITICAL and f.rule == "entropy_blowup"]
-    others = [f for f in findings if f.severity == CRITICAL and label_of(f.category) != PRECISION_MISMATCH]
-    if not blowups or not others:
-        return findings
-    start = min(blowups)
+def demote_symptoms(findings: list[Finding]) -> list[Finding]:
+    """A lasting finding whose rule names it a possible symptom (``Rule.symptom_of``) becomes a
+    warning when lasting damage of that label (``Rule.damage``: the policy blowing up) started
+    before it (LABELS.md: "a gap that opens only after the policy has already blown up"; a gap that
+    opens with the blow-up is upstream of it in the chain): a near-uniform policy samples the
+    low-probability tokens where the trainer and the rollout engine disagree most."""
+    damage = [f for f in findings if f.severity == CRITICAL and f.onset_step is not None
+              and rule_of(f.rule, f.category).damage]
     out = []
     for f in findings:
-        if (f.category == PRECISION_MISMATCH and f.severity == CRITICAL and f.onset_step is not None
-                and start - f.onset_step <= tie):
+        labels = rule_of(f.rule, f.category).symptom_of if f.severity == CRITICAL else ()
+        hit = next((d for d in damage if label_of(d.category) in labels and d.onset_step < f.onset_step),
+                   None) if labels and f.onset_step is not None else None
+        if hit is not None:
             f = Finding(f.category, f.onset_step, WARNING, f.metric, "mismatch_with_blowup",
-                        f"{f.evidence}; but the policy entropy blew up with it (from step {start}): a gap "
-                        f"opened by the policy blowing up, not by the engines' precision")
+                        f"{f.evidence}; but {hit.metric} [{hit.rule}] changed for good from step "
+                        f"{hit.onset_step}: a gap opened by the policy blowing up, not by the engines' precision")
         out.append(f)
     return out
 
@@ -95,7 +86,7 @@ def causal_choice(findings: list[Finding], tie: float) -> Finding | None:
     return min(near, key=lambda f: (rule_of(f.rule, f.category).rank, f.onset_step))
 
 
-def alternatives(findings: list[Finding], cause: Finding | None, run: RunSeries, tie: float) -> list[dict]:
+def alternatives(findings: list[Finding], cause: Finding | None, tie: float) -> list[dict]:
     """Other readings the evidence supports: each other label with a lasting finding that starts
     together with the cause (within the tie window), which only the causal order put downstream.
     A finding that starts later is what the cause led to, not another reading, and so is a
@@ -117,13 +108,6 @@ def alternatives(findings: list[Finding], cause: Finding | None, run: RunSeries,
     return list(out.values())
 
 
-def choose_verdict(findings: list[Finding], run: RunSeries, tie_fraction: float) -> tuple[str, int | None]:
-    cause = causal_choice(findings, tie_window(run, tie_fraction))
-    if cause is None:
-        return HEALTHY, None
-    return label_of(cause.category), int(cause.onset_step)
-
-
 def order_findings(findings: list[Finding], verdict: str) -> list[Finding]:
     """Critical first, then warnings, then notes; within each, by onset; the verdict's own
     finding leads."""
@@ -135,5 +119,5 @@ def order_findings(findings: list[Finding], verdict: str) -> list[Finding]:
     return sorted(findings, key=key)
 
 
-__all__ = ["alternatives", "causal_choice", "choose_verdict", "demote_blowup_mismatch", "fmt", "lasting",
-           "order_findings", "promote_damaging_spikes", "tie_window"]
+__all__ = ["alternatives", "candidates", "causal_choice", "demote_symptoms", "lasting", "order_findings",
+           "promote_damaging_spikes", "tie_window"]

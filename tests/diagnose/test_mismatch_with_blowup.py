@@ -11,10 +11,11 @@ STEPS = 40
 ONSET = 20
 
 
-def _run(entropy_jump_at: int | None, reward_falls_at: int | None, seed: int = 0) -> dict:
+def _run(entropy_jump_at: int | None, reward_falls_at: int | None, seed: int = 0,
+         gap_opens_at: int = ONSET) -> dict:
     rng = np.random.default_rng(seed)
     steps = np.arange(STEPS)
-    gap = np.where(steps < ONSET, 0.008, 0.15) + rng.normal(0, 0.0005, STEPS)
+    gap = np.where(steps < gap_opens_at, 0.008, 0.15) + rng.normal(0, 0.0005, STEPS)
     entropy = 0.3 - 0.004 * steps + rng.normal(0, 0.005, STEPS)  # the healthy slow fall
     if entropy_jump_at is not None:
         entropy = np.where(steps < entropy_jump_at, entropy, 4.0 + 0.05 * (steps - entropy_jump_at))
@@ -29,10 +30,10 @@ def _rules(result: dict) -> dict[str, str]:
     return {f["rule"]: f["severity"] for f in result["findings"] if f["category"] == "precision_mismatch"}
 
 
-def test_gap_opening_with_an_entropy_blowup_is_a_symptom_of_the_blowup():
+def test_gap_opening_after_an_entropy_blowup_is_a_symptom_of_the_blowup():
     # LABELS.md: the policy blew up (entropy x13 and staying), the reward fell after it (divergence),
-    # and a gap that opens with the blow-up is its symptom
-    result = _run(entropy_jump_at=ONSET, reward_falls_at=ONSET + 1)
+    # and a gap that opens only after the blow-up is its symptom
+    result = _run(entropy_jump_at=ONSET, reward_falls_at=ONSET + 1, gap_opens_at=ONSET + 1)
     assert result["verdict"] == "divergence" and result["onset_step"] == ONSET
     assert _rules(result).get("mismatch_with_blowup") == "warning"
 

@@ -38,7 +38,7 @@ RULES = declare(DIVERGENCE, {
    spike=("large_spike", "grad_excursion"),
    thresholds={"rise_over_best": ("loss_rise_over_best",), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor"),
-               "grad_blowup": ("grad_blowup_factor",)})
+               "grad_blowup": ("grad_blowup_factor",), "contradicted_by_validation": ("validation_rise",)})
 
 
 LARGE_SPIKE = 10.0  # Megatron's SPIKY_LOSS_FACTOR
@@ -252,10 +252,9 @@ def _grad_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool) -> Finding | 
 
 VALIDATION_LOSS = ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation loss", "val loss",
                    "lm loss validation", "validation/loss", "valid_loss", "valid/loss")
-VALIDATION_RISE = 1.25  # a validation loss that rose less than this did not see the jump
 
 
-def _contradicted_by_validation(run: RunSeries, f: Finding) -> str | None:
+def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig) -> str | None:
     """Why a train-loss divergence is a printing artefact: a validation loss logged over the
     stretch after the jump does not rise (LABELS.md: one independent signal contradicting a jump
     makes the jump suspect). None when no validation loss says so."""
@@ -268,7 +267,7 @@ def _contradicted_by_validation(run: RunSeries, f: Finding) -> str | None:
         if len(after) < 3:
             continue
         ref = float(before.median()) if len(before) else float(after.iloc[0])
-        if float(after.max()) <= VALIDATION_RISE * ref:
+        if float(after.max()) <= cfg.validation_rise * ref:
             return (f"{name} stayed at {fmt(float(after.min()))}-{fmt(float(after.max()))} over {len(after)} "
                     f"records from step {int(after.index[0])}")
     return None
@@ -289,7 +288,7 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 found.append(hit)
         if kind == "loss":
             for i, f in enumerate(found):
-                why = _contradicted_by_validation(run, f) if f.severity == CRITICAL else None
+                why = _contradicted_by_validation(run, f, cfg) if f.severity == CRITICAL else None
                 if why is not None:
                     found[i] = Finding(DIVERGENCE, f.onset_step, WARNING, f.metric, "contradicted_by_validation",
                                        f"{f.evidence}; but {why}: the printed jump is an artefact of how the "

@@ -25,7 +25,7 @@ RULES = declare(DIVERGENCE, {
    thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_floor")})
 
 
-@register_detector("kl_explosion", "KL to reference or new-vs-old KL grows 10x and stays up")
+@register_detector("kl_explosion", "KL to reference (x100) or new-vs-old KL (x10) explodes and stays up: divergence")
 def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     out: list[Finding] = []
     for canonical in ("ppo_kl", "kl"):

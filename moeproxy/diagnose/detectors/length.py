@@ -19,18 +19,18 @@ from moeproxy.diagnose.rules import declare
 
 RULES = declare(LENGTH_BLOWUP, {
     "length_pinned": "the longest response at the generation cap to the end, the mean length up",
-    "length_max_at_cap": "the longest response at the cap while the mean does not grow (a warning)",
+    "length_max_at_cap": "the longest response at the cap from the start or while the mean does not grow (a warning)",
     "length_rise": "mean response length doubled and staying",
     "truncation_high": "most responses truncated from the start (a warning: the cap is short)",
     "truncation_rise": "the truncated share rising above its limit",
 }, damage=("length_pinned", "length_rise", "truncation_rise"),
-   thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit",)})
+   thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit",),
+               "length_max_at_cap": ("cap_from_start_share",)})
 RULES.update(declare(DIVERGENCE, {
     "length_runaway": "responses run away to the cap while the grad norm spikes",
 }, decisive=("length_runaway",)))
 
 
-START_SHARE = 0.1       # a pin that starts within the first tenth of the records was there from the start
 PINNED_RECORDS = 3      # records at the length cap, to the end of the run, that make a runaway
 PINNED_SHARE = 0.8      # share of the records from the onset on that sit at the cap (a dip is allowed)
 GRAD_SPIKE_FACTOR = 3.0  # grad norm this far above its median before the pin: the update blew up too
@@ -107,7 +107,7 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 f"({count} records): responses run away to the generation limit")
         mean_up = _mean_length_up(run, onset)
         records = len(run.resolve("response_length_max")[1])
-        from_start = onset <= run.first_step or count >= (1 - START_SHARE) * records
+        from_start = onset <= run.first_step or count >= (1 - cfg.cap_from_start_share) * records
         if mean_up is False or from_start:
             # the longest answer of a batch touching the cap is ordinary; a runaway moves the mean
             why = ("from the start of the run: the cap is short, nothing ran away" if from_start

@@ -23,23 +23,21 @@ RULES = declare(REWARD_COLLAPSE, {
     "reward_below_peak": "the reward falls well below its peak and stays there",
     "eval_reward_drop": "an evaluation accuracy/reward falls by at least half its level and stays down",
 }, damage=("reward_drop", "reward_below_peak", "eval_reward_drop"),
-   thresholds={"reward_drop": ("reward_drop_fraction",)})
+   thresholds={"reward_drop": ("reward_drop_fraction",), "eval_reward_drop": ("eval_drop_share", "eval_min_drop")})
 
 
 def _is_eval_score(name: str) -> bool:
+    """An accuracy (of evaluation or of the training answers) or an evaluation reward/score: a
+    bounded score that a reward collapse takes down with it."""
     low = name.lower()
     evaluation = low.startswith(("eval/", "val/", "test/", "eval_", "val_", "validation")) or "heldout" in low
     return ("accuracy" in low or low.endswith(("/acc", "_acc")) or
             (evaluation and any(w in low for w in ("reward", "score"))))
 
 
-EVAL_DROP = 0.4     # share of its early level an evaluation score loses, for good
-EVAL_MIN_DROP = 0.1  # ... and at least this much in absolute terms (scores in [0, 1])
-
-
 def _eval_score_drop(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
     """An evaluation accuracy or reward (LABELS.md: "eval accuracy to 0") that falls from its early
-    level by ``EVAL_DROP`` of it and stays down to the end: the first record from which every
+    level by ``eval_drop_share`` of it (and ``eval_min_drop``) and stays down to the end: the first record from which every
     later one stays below the midpoint."""
     for name, s in run.matching(_is_eval_score):
         s = s[np.isfinite(s.to_numpy())]
@@ -48,7 +46,7 @@ def _eval_score_drop(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
         vals = s.to_numpy()
         start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
         drop = start - end
-        if not (start > 0 and drop >= EVAL_DROP * start and drop >= EVAL_MIN_DROP):
+        if not (start > 0 and drop >= cfg.eval_drop_share * start and drop >= cfg.eval_min_drop):
             continue
         low = vals < start - drop / 2
         stays = np.flatnonzero(low & (np.cumsum(low[::-1])[::-1] == np.arange(len(low), 0, -1)))
