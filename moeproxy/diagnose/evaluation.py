@@ -50,19 +50,24 @@ class Case:
 
     @property
     def onset_ok(self) -> bool | None:
-        """None for a healthy label (no onset to judge) or a label without ranges."""
-        if self.label == "healthy" or not self.accepts.get(self.label):
-            return None
-        if self.verdict == "healthy" and self.verdict_ok:
-            return None  # the second rater's healthy: no onset to judge
-        if not self.verdict_ok or self.verdict == "healthy" or self.onset is None:
-            return False
-        ranges = self.accepts.get(self.verdict) or self.accepts.get(self.label) or []
-        return any(lo <= self.onset <= hi for lo, hi in ranges)
+        return onset_right(self, self.verdict, self.onset)
 
     @property
     def raters_disagree(self) -> bool:
         return len(self.labels) > 1
+
+
+def onset_right(case: Case, verdict: str, onset: int | None) -> bool | None:
+    """Whether ``verdict`` from ``onset`` puts the onset in range: None for a healthy label or
+    verdict a rater gave (no onset to judge) or a label without ranges."""
+    if case.label == "healthy" or not case.accepts.get(case.label):
+        return None
+    if verdict == "healthy" and verdict in case.labels:
+        return None  # the second rater's healthy
+    if verdict not in case.labels or verdict == "healthy" or onset is None:
+        return False
+    ranges = case.accepts.get(verdict) or case.accepts.get(case.label) or []
+    return any(lo <= onset <= hi for lo, hi in ranges)
 
 
 def source_of(url: str) -> str:

@@ -122,28 +122,18 @@ def fit(cases, c: float = 1.0) -> LearnedVerdict:
     return LearnedVerdict(model.coef_[0].copy(), float(model.intercept_[0]), mean, scale)
 
 
-def onset_ok(case, verdict: str, onset: int | None) -> bool | None:
-    if case.label == HEALTHY or not case.accepts.get(case.label):
-        return None
-    if verdict == HEALTHY and verdict in case.labels:
-        return None
-    if verdict not in case.labels or verdict == HEALTHY or onset is None:
-        return False
-    ranges = case.accepts.get(verdict) or case.accepts.get(case.label) or []
-    return any(lo <= onset <= hi for lo, hi in ranges)
-
-
 def cross_validate(cases, c: float = 1.0) -> dict:
     """Leave-one-source-out: for each source, fit on the others, predict its logs. Returns, per
     method, the verdicts right, the onsets right (of those judged) and the predictions."""
-    scored = [case for case in cases]
-    out = {"causal": {"right": 0, "onsets": 0, "judged": 0, "n": len(scored), "predictions": {}},
-           "learned": {"right": 0, "onsets": 0, "judged": 0, "n": len(scored), "predictions": {}}}
+    from moeproxy.diagnose.evaluation import onset_right
+
+    out = {"causal": {"right": 0, "onsets": 0, "judged": 0, "n": len(cases), "predictions": {}},
+           "learned": {"right": 0, "onsets": 0, "judged": 0, "n": len(cases), "predictions": {}}}
     by_source: dict[str, list] = {}
-    for case in scored:
+    for case in cases:
         by_source.setdefault(case.source, []).append(case)
     for source, held in by_source.items():
-        train = [case for case in scored if case.source != source]
+        train = [case for case in cases if case.source != source]
         model = fit(train, c)
         for case in held:
             picks = {"causal": (case.verdict, case.onset),
@@ -151,7 +141,7 @@ def cross_validate(cases, c: float = 1.0) -> dict:
             for method, (verdict, onset) in picks.items():
                 o = out[method]
                 o["right"] += verdict in case.labels
-                ok = onset_ok(case, verdict, onset)
+                ok = onset_right(case, verdict, onset)
                 if ok is not None:
                     o["judged"] += 1
                     o["onsets"] += bool(ok)
