@@ -50,7 +50,13 @@ def _findings_html(findings: dict | None) -> str:
     onset = findings.get("onset_step")
     out = [f"<p>Verdict {_badge(findings.get('verdict'))}"
            + (f" from step <b>{_e(onset)}</b>" if onset is not None else "")
-           + f" <span class=muted>(detector {_e(findings.get('detector_version', '?'))})</span></p><ul>"]
+           + (f", confidence <b>{_e(findings['confidence'])}</b> ({_e(findings.get('confidence_reason', ''))})"
+              if findings.get("confidence") else "")
+           + f" <span class=muted>(detector {_e(findings.get('detector_version', '?'))})</span></p>"]
+    for alt in findings.get("alternatives") or []:
+        out.append(f"<p>Another reading: <b>{_e(alt['category'])}</b> from step {_e(alt['onset_step'])} "
+                   f"({_e(alt['why'])})</p>")
+    out.append("<ul>")
     for f in findings.get("findings", []):
         cls = "critical" if f.get("severity") == "critical" else ""
         out.append(f"<li class='{cls}'><b>{_e(f.get('category'))}</b> ({_e(f.get('severity'))}) at step "

@@ -119,6 +119,9 @@ def run_view() -> None:
                     + (f" · confidence **{md_text(findings['confidence'])}** ({md_text(findings.get('confidence_reason', ''))})"
                        if findings.get("confidence") else "")
                     + f" · detector {md_code(findings.get('detector_version', '?'))}")
+        for alt in findings.get("alternatives") or []:
+            st.markdown(f"Another reading: **{md_text(alt['category'])}** from step {md_text(alt['onset_step'])} "
+                        f"({md_text(alt['why'])})")
         for row in findings_rows(findings):
             st.markdown(f"- **{md_text(row['category'])}** ({md_text(row['severity'])}) at step {md_text(row['onset_step'])} "
                         f"on {md_code(row['metric'])} \\[{md_text(row['rule'])}\\]: {md_text(row['evidence'])}")

@@ -43,8 +43,8 @@ def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Findi
             return "medium", f"{n} records; a warning ({near[0].rule}) that did not last"
         return ("high", f"{n} records of the core metrics") if n >= LONG_RUN else ("medium", f"{n} records")
     if alternatives:
-        alt = alternatives[0]
-        return "low", f"{alt['category']} from step {alt['onset_step']} is another reading ({alt['why']})"
+        others = ", ".join(f"{a['category']} from step {a['onset_step']}" for a in alternatives)
+        return "low", f"another reading fits too: {others}"
     cause_findings = [f for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict
                       and f.onset_step == onset]
     decisive = any(rule_of(f.rule, f.category).decisive for f in cause_findings)

@@ -18,6 +18,8 @@ def render_text(result: dict, run: str | None = None) -> str:
         lines = [f"{head}{verdict} from step {onset}"]
     if result.get("confidence"):
         lines[0] += f" (confidence {result['confidence']}: {result.get('confidence_reason', '')})".replace(": )", ")")
+    for alt in result.get("alternatives") or []:
+        lines.append(f"  another reading: {alt['category']} from step {alt['onset_step']} ({alt['why']})")
     others = {n: r for n, r in result.get("runs", {}).items() if n != result.get("run")}
     for name, r in others.items():
         where = "" if r["onset_step"] is None else f" from step {r['onset_step']}"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from moeproxy.diagnose import render_text
 from moeproxy.diagnose.evaluation import evaluate, load_labels, score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +75,9 @@ def test_alternatives_name_another_reading(cases):
         for alt in c.result["alternatives"]:
             assert alt["category"] != c.verdict and alt["why"] and isinstance(alt["onset_step"], int)
         assert c.confidence == "low"
+        text = render_text(c.result)
+        assert all(f"another reading: {alt['category']} from step {alt['onset_step']}" in text
+                   for alt in c.result["alternatives"])
 
 
 def test_labels_json_is_valid_json():
