@@ -36,6 +36,8 @@ class DiagnoseConfig:
     kl_factor: float = 10.0
     kl_ref_blowup: float = 100.0       # LABELS.md: KL to the reference x100 over its early level and staying
     grad_blowup_factor: float = 100.0  # LABELS.md: grad norm x100 of the run's median, repeatedly
+    blowup_cluster_records: int = 10   # a repeated blow-up dates from three blown-up records within this many
+    policy_loss_floor: float = 10.0    # an RL policy loss (O(1) when clipped over normalised advantages) this large has blown up
     kl_floor: float = 0.05             # new-vs-old KL (ppo_kl): ~1.5x a target of 0.01 is already large
     kl_ref_floor: float = 0.1          # KL to the reference grows from 0 by design; only large values count
     length_factor: float = 2.0

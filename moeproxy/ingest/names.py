@@ -27,7 +27,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "grad_norm": (
         "grad_norm", "grad norm", "grad-norm", "actor/grad_norm", "actor_grad_norm", "train/grad_norm",
-        "gnorm", "grad_norm_total", "global_grad_norm", "total_norm", "gradient_norm",
+        "gnorm", "grad_norm_total", "global_grad_norm", "total_norm", "gradient_norm", "norm",
     ),
     "lr": (
         "lr", "learning rate", "learning-rate", "learning_rate", "actor/lr", "actor_lr", "train/lr",
@@ -42,7 +42,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "kl": (
         "actor/kl_loss", "kl", "actor/reward_kl_penalty", "train/kl_loss", "kl_penalty", "objective/kl",
-        "kl_loss",
+        "kl_loss", "kl_div", "kl_divergence", "mean_kl",
     ),
     "ppo_kl": ("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg", "approx_kl"),
     "clipfrac": (
@@ -52,7 +52,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "reward_mean": (
         "critic/score/mean", "critic/rewards/mean", "grpo/score/mean", "reward", "reward_mean",
         "rollout/reward_mean", "train/reward", "rollout/raw_reward", "objective/scores", "score",
-        "score_mean", "reward/mean", "rewards/mean", "train_reward",
+        "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward",
     ),
     "response_length_mean": (
         "response_length/mean", "completions/mean_length", "rollout/response_length_mean",

@@ -32,6 +32,10 @@ STEP = re.compile(
 TQDM = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 # mmengine (xtuner, mmdet): ``Epoch(train) [2][200/735]`` (epoch, iteration in it) or ``Iter(train) [240/3000]``
 MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s*\])?\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
+# a progress fraction in brackets, ``(7000/293491)`` or ``[240/3000]``, is the step where no named
+# counter is (``Epoch:[0/2](7000/293491) loss:4.29``); an epoch's own fraction is not
+PROGRESS = re.compile(r"(?<![\w/.])[(\[]\s*(\d+)\s*/\s*(\d+)\s*[)\]]")
+EPOCH_BEFORE = re.compile(r"epoch\s*[:=#]?\s*$", re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
@@ -118,10 +122,28 @@ def colon_pairs(segment: str) -> list[tuple[str, str]]:
     return _separated_pairs(segment, ":", VALUE_AFTER_COLON, _key_before)
 
 
+BARE_KEY = re.compile(r"[A-Za-z_][\w./@\-]*")
+STARTS_WITH_NUMBER = re.compile(r"(?:" + NUMBER + r")" + NUMBER_END, re.IGNORECASE)
+
+
+def _segments(text: str) -> list[str]:
+    """The line cut at separators; a lone key whose value was aligned into the next segment by
+    padding (llm.c's ``| loss     nan (+nanz)|``) is joined back to it."""
+    parts = SEGMENT_SPLIT.split(text)
+    out: list[str] = []
+    for part in parts:
+        if (out and BARE_KEY.fullmatch(out[-1].strip()) and STARTS_WITH_NUMBER.match(part.strip())
+                and canonical_of(out[-1].strip().lower()) is not None):
+            out[-1] = out[-1].strip() + " " + part.strip()
+        else:
+            out.append(part)
+    return out
+
+
 def extract_pairs(text: str) -> dict[str, float]:
     record: dict[str, float] = {}
     text = AFTER_SEPARATOR.sub(r"\1 ", THOUSANDS.sub("", text))
-    for segment in SEGMENT_SPLIT.split(text):
+    for segment in _segments(text):
         segment = segment.strip().strip("[]{}():").strip()
         if not segment:
             continue
@@ -162,7 +184,13 @@ def find_step(line: str) -> tuple[int, str] | None:
     if m:
         rest = line[m.end():]
         return int(m.group(1)), rest
-    return _counter(STEP, line)
+    hit = _counter(STEP, line)
+    if hit is not None:
+        return hit
+    for m in PROGRESS.finditer(line):
+        if not EPOCH_BEFORE.search(line[: m.start()]):
+            return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    return None
 
 
 def find_epoch(line: str) -> tuple[int, str] | None:
@@ -244,6 +272,9 @@ def _replay(table: LogTable, entries: list, kind: int) -> None:
             table.add_dict(last, record, rank=rank)
 
 
+LOOK_PAST_RECORDS = 8
+
+
 def sniff_text(src: SourceFile) -> float:
     lines = [l for l in src.head_lines() if l.strip()]
     with_step = 0
@@ -254,6 +285,8 @@ def sniff_text(src: SourceFile) -> float:
             with_step += 1
         elif hit is None and (epoch := find_epoch(line)) and extract_pairs(epoch[1]):
             with_step += 1
+    if with_step >= LOOK_PAST_RECORDS:
+        return 0.4  # many counted records: a pasted table or key=value config before them is preamble
     if with_step:
         return 0.3
     if sum(1 for raw in lines if len(extract_pairs(_strip(raw))) >= 2) >= max(2, len(lines) // 2):

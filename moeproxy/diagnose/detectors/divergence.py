@@ -27,6 +27,7 @@ RULES = declare(DIVERGENCE, {
     "multi_record_spike": "loss or grad norm above its noise band for several records",
     "huge_spike": "one record 100x the median before it",
     "grad_blowup": "grad norm 100x the run's median, repeatedly",
+    "policy_loss_blowup": "an RL policy loss 100x its usual size, repeatedly (importance ratios blew up)",
     "large_spike": "a 10x spike that came back within two records",
     "isolated_spike": "short spikes that came back (not divergence)",
     "spike_before_nonfinite": "the last finite record before a non-finite one stood out",
@@ -34,11 +35,12 @@ RULES = declare(DIVERGENCE, {
     "grad_rise_loss_falling": "grad norm rising while the loss keeps falling (not divergence)",
     "contradicted_by_validation": "a train-loss jump the validation loss does not show (printing artefact)",
     "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
-}, decisive=("huge_spike", "rise_over_best", "grad_blowup"),
+}, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup"),
    spike=("large_spike", "grad_excursion"),
    thresholds={"rise_over_best": ("loss_rise_over_best",), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor"),
-               "grad_blowup": ("grad_blowup_factor",), "contradicted_by_validation": ("validation_rise",)})
+               "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records"),
+               "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records"), "contradicted_by_validation": ("validation_rise",)})
 
 
 LARGE_SPIKE = 10.0  # Megatron's SPIKY_LOSS_FACTOR
@@ -228,26 +230,39 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int])
     return []
 
 
-def _grad_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool) -> Finding | None:
+def _blowup_onset(big, cluster: int) -> int:
+    """Index (into ``big``, positions of the blown-up records) of the first record of the repeated
+    blow-up: the first of three within ``cluster`` records of each other, so that isolated early
+    spikes that came back (LABELS.md: "one spike that recovers") do not date it; the first blown-up
+    record when they never come three together."""
+    for i in range(big.size - 2):
+        if big[i + 2] - big[i] <= cluster:
+            return i
+    return 0
+
+
+def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str, shown: str,
+                     floor: float = 0.0) -> Finding | None:
     """LABELS.md "grad norm x100 repeatedly": at least two records ``grad_blowup_factor`` times the
-    run's median grad norm (finite, positive; an RL run's zero-advantage records left out). Dated
-    from the first of them; a run that starts blown up is dated from its first record."""
+    run's median (of the magnitudes: an RL policy loss is signed; an RL run's zero-advantage records
+    left out), dated by ``_blowup_onset``; a run that starts blown up is dated from its first record.
+    ``floor``: an absolute size the blown-up records must also reach."""
     if rl:
-        series = _zero_advantage_masked(series)
+        series = _zero_advantage_masked(series.abs())
     vals = series.to_numpy(dtype=float)
     ok = np.isfinite(vals) & (vals > 0)
     if ok.sum() < 4:
         return None
     med = float(np.median(vals[ok]))
-    big = np.flatnonzero(ok & (vals >= cfg.grad_blowup_factor * med))
+    big = np.flatnonzero(ok & (vals >= max(cfg.grad_blowup_factor * med, floor)))
     if big.size < 2:
         return None
     steps = series.index.to_numpy()
-    first = int(steps[big[0]])
-    return Finding(DIVERGENCE, first, CRITICAL, name, "grad_blowup",
-                   f"{name} reached {fmt(float(vals[big].max()))} ({fmt(float(vals[big].max()) / med)}x the run's "
-                   f"median of {fmt(med)}); {big.size} records at {fmt(cfg.grad_blowup_factor)}x or more, the "
-                   f"first at step {first}")
+    first = int(steps[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
+    return Finding(DIVERGENCE, first, CRITICAL, name, rule,
+                   f"{shown} reached {fmt(float(vals[big].max()))} ({fmt(float(vals[big].max()) / med)}x the "
+                   f"run's median of {fmt(med)}); {big.size} records at {fmt(cfg.grad_blowup_factor)}x or more, "
+                   f"repeatedly from step {first}")
 
 
 VALIDATION_LOSS = ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation loss", "val loss",
@@ -283,7 +298,7 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         found = detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,
                                          loss[1] if loss is not None else None)
         if kind == "grad" and not any(f.severity == CRITICAL for f in found):
-            hit = _grad_blowup(name, run.get(name), cfg, rl)
+            hit = _repeated_blowup(name, run.get(name), cfg, rl, "grad_blowup", name)
             if hit is not None:
                 found.append(hit)
         if kind == "loss":
@@ -294,4 +309,13 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                        f"{f.evidence}; but {why}: the printed jump is an artefact of how the "
                                        f"loss is printed, not a divergence")
         out += found
+    policy = run.resolve("loss") if rl else None
+    if policy is not None:
+        # skipped above: its level means nothing (a GRPO loss is near 0 on average, its median can be
+        # 1e-5), but its size blowing up does: a clipped surrogate over normalised advantages is
+        # O(1), so a blow-up must also pass ``policy_loss_floor``
+        hit = _repeated_blowup(policy[0], policy[1], cfg, rl, "policy_loss_blowup",
+                               f"the size of the RL policy loss |{policy[0]}|", cfg.policy_loss_floor)
+        if hit is not None:
+            out.append(hit)
     return out
