@@ -105,6 +105,10 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
         if not record:
             skipped += 1
             continue
+        if step is None and (bars := list(TQDM.finditer(line, 0, m.start()))):
+            # a console capture without line breaks: the bar drawn just before the dict on the same
+            # line already shows the step it was logged at (``| 5/300 [00:12<11:24] {'loss': ...}``)
+            step = int(bars[-1].group(1))
         if step is None:
             if pending:  # two stepless dicts with no bar between them: the bar does not count steps
                 bar_dates = False

@@ -87,3 +87,35 @@ def test_json_records_of_several_kinds_are_separate_series_on_the_outer_counter(
     assert "lr" not in metrics  # the config record carries no series
     evals = frame[frame["metric"] == "eval/reward"]
     assert sorted(evals["step"]) == [2, 4]
+
+
+def test_a_policy_loss_whose_size_blows_up_again_and_again_is_divergence_dated_by_the_cluster():
+    rng = np.random.default_rng(1)
+    n = 300
+    loss = rng.normal(0, 0.05, n)
+    loss[[40, 120]] = [30.0, -45.0]              # early spikes that came back
+    for k in range(200, n, 3):                   # from 200 on it blows up again and again
+        loss[k] = 10 ** rng.uniform(5, 7) * (-1) ** k
+    reward = 0.6 + rng.normal(0, 0.02, n)
+    res = diagnose_series({"loss": loss, "reward_mean": reward})
+    assert res["verdict"] == "divergence" and 200 <= res["onset_step"] <= 215
+    assert any(f["rule"] == "policy_loss_blowup" for f in res["findings"])
+    # a GRPO loss of 1e-5 that reaches 0.1 is not a blow-up: it never left O(1)
+    small = rng.normal(0, 1e-5, n)
+    small[[50, 90, 91, 92, 150]] = 0.1
+    assert diagnose_series({"loss": small, "reward_mean": reward})["verdict"] == "healthy"
+
+
+def test_no_update_ever_applied_and_a_frozen_loss_are_vanishing_gradient():
+    zeros = diagnose_series({"loss": [0.0] * 11, "grad_norm": [0.0] * 11, "lr": np.linspace(1e-7, 1e-6, 11)})
+    assert zeros["verdict"] == "vanishing_gradient" and zeros["onset_step"] == 0
+    # a trainer that logs 0 for a norm it never computed, while the loss falls: nothing wrong
+    assert diagnose_series({"loss": _healthy_loss(), "grad_norm": [0.0] * 40})["verdict"] == "healthy"
+    rng = np.random.default_rng(2)
+    train = 1.3863 + rng.normal(0, 0.01, 60)     # never below its start: the run never learns
+    frozen = np.r_[1.3863 + rng.normal(0, 1e-4, 20), [1.3862943649291992] * 40]
+    res = diagnose_series({"loss": train, "eval_loss": frozen})
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 0
+    # a loss printed with three digits repeats by chance: no finding
+    coarse = np.r_[_healthy_loss(30), [2.31] * 10]
+    assert diagnose_series({"loss": coarse})["verdict"] != "vanishing_gradient"

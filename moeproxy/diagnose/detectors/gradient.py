@@ -10,6 +10,7 @@ zeros in a run where zero was already the usual value.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
@@ -22,7 +23,11 @@ RULES = declare(VANISHING_GRADIENT, {
     "grad_norm_vanished": "grad norm ~0 for the rest of the run",
     "scattered_zero_grad": "grad norm ~0 on scattered GRPO steps (a note: normal)",
     "lr_zero": "learning rate 0 after being positive",
-}, thresholds={"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records")})
+    "grad_norm_zero_throughout": "grad norm exactly 0 in every record and the loss never moves: no update was ever applied",
+    "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
+}, thresholds={"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records"),
+               "grad_norm_zero_throughout": ("vanishing_min_records",),
+               "loss_frozen": ("vanishing_min_records",)})
 
 
 def _tail_run(mask: np.ndarray) -> int:
@@ -65,6 +70,8 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
                                    "scattered_zero_grad",
                                    f"{int(tiny.sum())} records with {name} ~0 (e.g. GRPO groups with zero "
                                    f"reward variance): normal when scattered"))
+    out += _never_updated(run, cfg)
+    out += _frozen_losses(run, cfg)
     found = run.resolve("lr")
     if found:
         name, s = found
@@ -78,3 +85,77 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
                 out.append(Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "lr_zero",
                                    f"{name} is exactly 0 from step {onset} after being positive"))
     return out
+
+
+# two printed values are the same number when they agree to this relative precision; a value printed
+# with fewer significant digits than this says nothing about repetition (``2.31`` repeats by chance)
+SAME_VALUE = 1e-6
+MIN_DIGITS = 4
+
+
+def _digits(value: float) -> int:
+    """Significant digits of a value as printed (its shortest repr)."""
+    mantissa = repr(abs(float(value))).split("e")[0].replace(".", "").strip("0")
+    return len(mantissa)
+
+
+def _improved(loss: pd.Series, upto_step) -> bool:
+    """The training loss came down from its first records' level before ``upto_step``: the level of
+    the records from the fourth on (their median, or the last quarter's) is over 1 % below."""
+    v = loss[np.isfinite(loss.to_numpy())]
+    v = v[v.index <= upto_step]
+    if len(v) < 4:
+        return False
+    start = float(np.median(v.iloc[:3].to_numpy()))
+    rest = v.iloc[3:].to_numpy()
+    level = min(float(np.median(rest)), float(np.median(rest[-max(1, len(rest) // 4):])))
+    return level < start - 0.01 * abs(start)
+
+
+def _never_updated(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    """Grad norm exactly 0 in every record, and the loss never moving (or 0 too): LABELS.md "the run
+    never learns at all". A trainer that logs 0 for a norm it did not compute still shows a loss
+    that falls, and is left alone."""
+    grad, loss = run.resolve("grad_norm"), run.resolve("loss")
+    if grad is None:
+        return []
+    g = grad[1][np.isfinite(grad[1].to_numpy())]
+    if len(g) < cfg.vanishing_min_records or np.any(g.to_numpy() != 0):
+        return []
+    if loss is not None and _improved(loss[1], loss[1].index.max()):
+        return []
+    first = int(g.index[0])
+    moving = "" if loss is None else f", and {loss[0]} never fell below its first value"
+    return [Finding(VANISHING_GRADIENT, first, CRITICAL, grad[0], "grad_norm_zero_throughout",
+                    f"{grad[0]} is exactly 0 in all {len(g)} records from step {first}{moving}: no update was "
+                    f"ever applied")]
+
+
+def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    """A loss (training, or evaluation on a fixed set) that repeats one non-zero value to
+    ``SAME_VALUE`` for at least ``vanishing_min_records`` records through the end: the weights stopped
+    changing. Dated from the first record when the training loss never improved before the
+    repetition began (the run never learned), else from the first repeated record."""
+    train = run.resolve("loss")
+    names = ([train[0]] if train else []) + [n for n, _ in run.matching(
+        lambda n: n.endswith("loss") and n.split("/")[0].split("_")[0] in ("eval", "val", "validation", "valid"))]
+    for name in names:
+        s = run.get(name)
+        s = s[np.isfinite(s.to_numpy())]
+        v = s.to_numpy(dtype=float)
+        if v.size < cfg.vanishing_min_records + 1 or v[-1] == 0:
+            continue
+        same = np.abs(v - v[-1]) <= SAME_VALUE * abs(v[-1])
+        n_same = _tail_run(same)
+        if n_same < cfg.vanishing_min_records:
+            continue
+        if _digits(v[-1]) < MIN_DIGITS:  # ``2.31`` printed five times can repeat by chance
+            continue
+        began = int(s.index[v.size - n_same])
+        never = train is not None and not _improved(train[1], began)
+        onset = int(train[1].index[0]) if never else began
+        why = (f"; {train[0]} never fell below its first records' level, so the run never learned"
+               if never else "")
+        return [Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "loss_frozen",
+                        f"{name} repeats {v[-1]:.7g} exactly in its last {n_same} records (from step {began}){why}")]
+    return []

@@ -1,0 +1,55 @@
+"""Shapes real logs carry that a reader must take as they are (LABELS.md "Data before signals"):
+a bracketed progress counter, values padded away from their keys, a pasted config table before
+the training lines, and a console capture whose progress bar runs into the logged dict."""
+
+from __future__ import annotations
+
+import math
+
+from moeproxy.ingest import parse_file
+
+
+def _wide(parsed):
+    return parsed.frame.pivot_table(index="step", columns="metric", values="value", aggfunc="first", dropna=False)
+
+
+def test_a_bracketed_progress_counter_is_the_step_and_the_epoch_fraction_is_not(tmp_path):
+    log = tmp_path / "pretrain.log"
+    log.write_text("".join(f"[2024-01-01 10:00:0{i}][train.py][INFO] Epoch:[0/2]({i * 500}/90000) "
+                           f"loss:{5.0 - 0.1 * i:.3f} lr:0.0001000\n" for i in range(6)))
+    parsed = parse_file(log)
+    assert parsed.format == "text" and not parsed.step_from_index
+    assert sorted(parsed.frame["step"].unique()) == [0, 500, 1000, 1500, 2000, 2500]
+    assert _wide(parsed).loc[1500, "loss"] == 4.7
+
+
+def test_a_value_padded_away_from_its_key_is_still_its_value(tmp_path):
+    log = tmp_path / "gpt2.log"
+    log.write_text("".join(f"step {s:4d}/40 | loss     {v} (+nanz)| norm    {v} (+nanz)| lr 3.00e-04 | 36.5 ms\n"
+                           for s, v in [(1, "4.2100"), (2, "nan"), (3, "nan")]))
+    wide = _wide(parse_file(log))
+    assert wide.loc[1, "loss"] == 4.21 and wide.loc[1, "norm"] == 4.21
+    assert math.isnan(wide.loc[2, "loss"]) and math.isnan(wide.loc[3, "norm"])
+
+
+def test_a_pasted_config_table_before_the_training_lines_does_not_hide_them(tmp_path):
+    table = "".join(f"| {k:<12} | {v:<10} |\n" for k, v in
+                    [("Parameter", "Value"), ("------------", "----------"), ("max_steps", "-1"),
+                     ("lr", "0.0006"), ("batch", "32"), ("warmup", "700")])
+    steps = "".join(f"step {s:4d}/100 | loss {3.0 - 0.01 * s:.4f} | norm 0.9 | lr 1e-4\n" for s in range(1, 13))
+    log = tmp_path / "run.log"
+    log.write_text(table + "\nallocated 1024 MiB\n" + steps)
+    parsed = parse_file(log)
+    assert parsed.format == "text"
+    assert sorted(parsed.frame["step"].unique()) == list(range(1, 13))
+
+
+def test_the_bar_before_a_dict_on_the_same_line_dates_it(tmp_path):
+    log = tmp_path / "trl.log"
+    bar = "  {p}%|#         | {n}/300 [00:12<11:24,  2.32s/it]"
+    log.write_text("".join(bar.format(p=n // 3, n=n - 1) + "\r" + bar.format(p=n // 3, n=n)
+                           + "   {'loss': '0.01', 'grad_norm': '0.2', 'entropy': '0.3', 'epoch': '0.1'}\n"
+                           for n in (5, 10, 15, 20)))
+    parsed = parse_file(log)
+    assert not parsed.step_from_index
+    assert sorted(parsed.frame["step"].unique()) == [5, 10, 15, 20]
