@@ -103,7 +103,7 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False) -
         raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
     parsed.sha256 = src.checked_sha256()  # exactly the bytes parsed, however the parser read them
     parsed.bytes_parsed = src.end
-    parsed.warnings = list(src.warnings) + parsed.warnings
+    parsed.warnings = src.nul_warnings() + list(src.warnings) + parsed.warnings
     return parsed
 
 

@@ -106,6 +106,10 @@ def _json_lines(src: SourceFile):
             try:
                 obj = _loads(text)
             except ValueError as exc:
+                if src.nul_runs:  # a record cut by crash padding (named by its bytes): skipped, named
+                    src.warnings.append(f"line {lineno}: a JSON record cut by NUL padding: skipped")
+                    state["skipped"] += 1
+                    continue
                 bad = (lineno, getattr(exc, "msg", str(exc)))
                 continue
             if isinstance(obj, dict):

@@ -69,6 +69,21 @@ class SourceFile:
     _tail_decided: tuple | None = None
     _sha_end: int = -1  # the end of the bytes ``_sha256`` covers
     _sniff_lines: list[str] | None = None  # head_lines' list, made once for every sniffer
+    nul_runs: list[list[int]] = field(default_factory=list)  # [start, stop) of NUL runs read (crash padding)
+
+    def nul_warnings(self) -> list[str]:
+        """One warning per NUL run read (merged, each named by its byte range), at most ten."""
+        merged: list[list[int]] = []
+        for start, stop in sorted(self.nul_runs):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], stop)
+            else:
+                merged.append([start, stop])
+        out = [f"bytes {a}-{b}: {b - a} NUL byte(s) (crash padding?) skipped; the text around them was read"
+               for a, b in merged[:10]]
+        if len(merged) > 10:
+            out.append(f"{len(merged) - 10} more runs of NUL bytes skipped")
+        return out
 
     # -- the snapshot ----------------------------------------------------------------------
     def open_checked(self):
@@ -124,6 +139,8 @@ class SourceFile:
         if self.encoding is None:
             return ""
         text = self.head.decode(self.encoding, errors="replace")
+        if "\x00" in text and self.encoding != "utf-16":  # crash padding reads as line breaks
+            text = text.replace("\x00", "\n")
         if self.size > len(self.head) and "\n" in text:
             text = text[: text.rfind("\n") + 1]
         return text
@@ -355,19 +372,38 @@ class _RangeReader(io.RawIOBase):
             upto = min(n, len(self._src.head) - self._pos)
             if chunk[:upto] != self._src.head[self._pos:self._pos + upto]:
                 raise self._src.changed("rewritten")
-        if self._nul and (at := chunk.tobytes().find(b"\x00")) >= 0:
-            at += self._pos
-            line = self._src._count_newlines(at) + 1
-            raise InputError(f"{self._src.path}: line {line}: NUL byte at offset {at} (binary data inside a text log)")
         if self._hasher is not None:
             self._hasher.update(chunk)
+        if self._nul and (at := chunk.tobytes().find(b"\x00")) >= 0:
+            self._skip_nul_runs(chunk, at)
         self._pos += n
         return n
+
+    def _skip_nul_runs(self, chunk: memoryview, at: int) -> None:
+        """Crash padding (a block of NUL bytes a crash left inside a text log) is skipped, not a
+        refusal of the whole file: each NUL reads as a line break (the line cut by the crash ends
+        there) and every run is named by its byte range in the parse's warnings."""
+        data = chunk.tobytes()
+        runs = self._src.nul_runs
+        while at >= 0:
+            end = at
+            while end < len(data) and data[end] == 0:
+                end += 1
+            start, stop = self._pos + at, self._pos + end
+            if runs and runs[-1][1] == start:
+                runs[-1][1] = stop
+            else:
+                runs.append([start, stop])
+            at = data.find(b"\x00", end)
+        chunk[:] = data.replace(b"\x00", b"\n")
 
     def close(self) -> None:
         if not self.closed:
             self._fh.close()
         super().close()
+
+
+CRASH_PADDING = re.compile(rb"\x00{32,}")
 
 
 def looks_binary(head: bytes) -> bool:
@@ -376,7 +412,10 @@ def looks_binary(head: bytes) -> bool:
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return False
     if b"\x00" in head:
-        return True
+        # crash padding (runs of NUL bytes a crash left in a text log) is no sign of binary data
+        head = CRASH_PADDING.sub(b"\n", head)
+        if b"\x00" in head:
+            return True
     control = sum(1 for b in head[:4096] if b < 9 or 13 < b < 32)
     return control > len(head[:4096]) * 0.05
 

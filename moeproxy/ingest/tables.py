@@ -80,6 +80,9 @@ def _split(line: str, numeric_row: bool) -> list[str]:
     if s.startswith("|"):
         s = s[1:-1] if s.endswith("|") and len(s) > 1 else s[1:]
         return [c.strip() for c in s.split("|")]
+    if "|" in s:  # a Markdown dialect without outer pipes: ``step | loss`` over ``--|--``
+        s = s[:-1] if s.endswith("|") else s
+        return [c.strip() for c in s.split("|")]
     return s.split() if numeric_row else [c for c in WIDE.split(s) if c]
 
 
@@ -114,7 +117,7 @@ def _blocks(lines: list[str]) -> list[_Block]:
             j += 1
         rows = []
         while j < n and lines[j].strip():
-            piped = lines[j].strip().startswith("|")
+            piped = "|" in lines[j]
             cells = _split(lines[j], numeric_row=not piped)
             if not piped and len(cells) != len(header):
                 cells = _split(lines[j], numeric_row=False)

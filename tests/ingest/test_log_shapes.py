@@ -53,3 +53,18 @@ def test_the_bar_before_a_dict_on_the_same_line_dates_it(tmp_path):
     parsed = parse_file(log)
     assert not parsed.step_from_index
     assert sorted(parsed.frame["step"].unique()) == [5, 10, 15, 20]
+
+
+def test_markdown_tables_in_any_dialect(tmp_path):
+    bodies = {
+        "outer.md": "| step | loss | grad_norm |\n|:--|--:|:-:|\n" + "".join(
+            f"| {s} | {3 - 0.01 * s:.2f} | 0.9 |\n" for s in range(1, 8)),
+        "bare.md": "step | loss | grad_norm\n--|--|--\n" + "".join(f"{s} | {3 - 0.01 * s:.2f} | 0.9\n" for s in range(1, 8)),
+    }
+    for name, body in bodies.items():
+        path = tmp_path / name
+        path.write_text("Results of the run:\n\n" + body)
+        parsed = parse_file(path)
+        assert parsed.format == "table", name
+        assert sorted(parsed.frame["step"].unique()) == list(range(1, 8)), name
+        assert _wide(parsed).loc[3, "loss"] == 2.97, name
