@@ -24,7 +24,7 @@ DICT = re.compile(r"\{\s*['\"][^'\"]+['\"]\s*:.*\}")
 # a plain value ends with a non-space character and is at most 64 long (no number is longer): the
 # pattern then runs in time linear in the line, however many quotes and spaces a hostile line holds
 PAIR = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:[\w.]+\([^()]*\))|[^,{}]{0,63}?[^,{}\s])\s*(?=,|\})")
-STEP_PREFIX = re.compile(r"(?:global step|(step|perf|eval|rollout))\s*(\d+)\s*:\s*\{", re.IGNORECASE)
+STEP_PREFIX = re.compile(r"(?:global step|(step|perf|eval|rollout))\s*(?::\s*)?(\d+)\s*(?::\s*)?\{", re.IGNORECASE)
 def find_dict(line: str):
     """``DICT`` searched only up to the line's last ``}``: without one, ``.*\\}`` would rescan the
     rest of the line from every ``{'`` (a 1 MB line of them took minutes)."""

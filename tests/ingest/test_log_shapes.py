@@ -68,3 +68,12 @@ def test_markdown_tables_in_any_dialect(tmp_path):
         assert parsed.format == "table", name
         assert sorted(parsed.frame["step"].unique()) == list(range(1, 8)), name
         assert _wide(parsed).loc[3, "loss"] == 2.97, name
+
+
+def test_a_step_prefix_with_its_colon_before_the_number_dates_the_dict(tmp_path):
+    log = tmp_path / "webui.log"
+    log.write_text("Starting training...\n" + "".join(
+        f"Step: {s:6d} {{'loss': 2.4, 'grad_norm': inf, 'learning_rate': 1e-05, 'epoch': 0.1}}\n" for s in (3, 7, 11)))
+    parsed = parse_file(log)
+    assert parsed.format == "printed-dicts" and not parsed.step_from_index
+    assert sorted(parsed.frame["step"].unique()) == [3, 7, 11]
