@@ -12,12 +12,11 @@ findings agree on; a healthy verdict with warnings that almost made a finding is
 
 from __future__ import annotations
 
+from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.rules import label_of, rule_of
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, WARNING, Finding
 
-SHORT_RUN = 10        # records: fewer, and noise bands and onsets rest on a handful of points
-LONG_RUN = 30         # records: enough history for every rule's baseline
 CORE_SIGNALS = ("loss", "grad_norm", "reward_mean", "policy_entropy", "logprob_diff_mean")
 
 
@@ -30,18 +29,19 @@ def records(run: RunSeries) -> int:
 
 
 def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Finding],
-           alternatives: list[dict] | None = None) -> tuple[str, str]:
+           alternatives: list[dict] | None = None, config: DiagnoseConfig | None = None) -> tuple[str, str]:
     """(confidence, why)."""
+    cfg = config or DiagnoseConfig()
     n = records(run)
     if verdict == HEALTHY:
         if not any(run.resolve(name) is not None for name in CORE_SIGNALS):
             return "low", "no loss, grad norm, reward, entropy or mismatch metric is logged"
-        if n < SHORT_RUN:
+        if n < cfg.short_run:
             return "low", f"only {n} records"
         near = [f for f in findings if f.severity == WARNING and rule_of(f.rule, f.category).damage]
         if near:
             return "medium", f"{n} records; a warning ({near[0].rule}) that did not last"
-        return ("high", f"{n} records of the core metrics") if n >= LONG_RUN else ("medium", f"{n} records")
+        return ("high", f"{n} records of the core metrics") if n >= cfg.long_run else ("medium", f"{n} records")
     if alternatives:
         others = ", ".join(f"{a['category']} from step {a['onset_step']}" for a in alternatives)
         return "low", f"another reading fits too: {others}"
@@ -51,8 +51,8 @@ def assess(run: RunSeries, verdict: str, onset: int | None, findings: list[Findi
     agreeing = sum(1 for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict)
     if onset is not None and onset <= run.first_step and not decisive:
         return "low", "the failure shows from the first record: no healthy stretch to compare with"
-    if n < SHORT_RUN:
+    if n < cfg.short_run:
         return ("medium", f"a decisive signal in only {n} records") if decisive else ("low", f"only {n} records")
-    if decisive or (n >= LONG_RUN and agreeing >= 2):
+    if decisive or (n >= cfg.long_run and agreeing >= 2):
         return "high", "a decisive signal" if decisive else f"{agreeing} findings agree over {n} records"
     return "medium", f"{n} records, one rule"

@@ -50,6 +50,24 @@ class DiagnoseConfig:
     eval_min_drop: float = 0.1         # ... and at least this much (scores in [0, 1]): a reward collapse
     validation_rise: float = 1.25      # a validation loss that rose less than this did not see a train-loss jump
     cap_from_start_share: float = 0.1  # responses at the length cap from within this share of the records: the cap is short
+    # -- detectors' finer thresholds (each read by one rule; listed with it in rules.py) --
+    startup_min_scale: float = 1024.0  # fp16 scalers start their search at 2^16 or more; halvings from below are overflows
+    storm_records: int = 3             # consecutive iterations skipped for overflow after start-up: a storm
+    skipped_share: float = 0.25        # non-finite grad norms on more records than this are no longer occasional
+    zero_loss_records: int = 2         # a loss exactly 0 to the end after being positive, for this many records
+    pinned_records: int = 3            # records at the length cap, to the end, that make a runaway
+    pinned_share: float = 0.8          # share of the records from the onset on that sit at the cap
+    length_grad_factor: float = 3.0    # grad norm this far above its median before a pin: the update blew up too
+    length_mean_rise: float = 1.25     # mean length over a pin against before it: answers lengthen overall
+    flat_gap_factor: float = 2.0       # a flat train/rollout gap this many times its limit from the start
+    large_spike: float = 10.0          # Megatron's SPIKY_LOSS_FACTOR: a spike that may have done damage
+    huge_spike: float = 100.0          # a record this many times the median before it: a blow-up on sight
+    zero_advantage: float = 0.01       # RL grad norms below this share of the usual level: equal-reward groups
+    usual_zero_share: float = 0.5      # grad norms ~0 on more records than this: zero is the run's usual value
+    same_value: float = 1e-6           # relative agreement at which two printed losses are the same number
+    min_digits: int = 4                # significant digits a repeated loss must show to mean a frozen loss
+    short_run: int = 10                # confidence: fewer records and bands rest on a handful of points
+    long_run: int = 30                 # confidence: enough history for every rule's baseline
 
     def __post_init__(self) -> None:
         for f in fields(self):

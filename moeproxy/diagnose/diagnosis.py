@@ -47,7 +47,7 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
     verdict = label_of(cause.category) if cause is not None else "healthy"
     onset = int(cause.onset_step) if cause is not None else None
     alts = alternatives(findings, cause, tie)
-    confidence, why = assess(run, verdict, onset, findings, alts)
+    confidence, why = assess(run, verdict, onset, findings, alts, config)
     out = {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,
            "alternatives": alts,
            "findings": [f.to_dict() for f in order_findings(findings, verdict)],

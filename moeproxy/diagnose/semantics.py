@@ -18,6 +18,8 @@ the run the detectors see and a ``DataReading`` that says what was set aside and
 - **Record kinds** (rollout / train / eval lines) are told apart by the readers (an eval record's
   metrics are named ``eval/...``/``val/...``); here they are only listed.
 - **The step counter** is chosen by the readers (the outer counter: rollout or optimizer step).
+- **Start-up records** of an fp16 loss-scale search (``startup_end_step``) are no evidence: the
+  detectors judge the records after it.
 
 Pure: a RunSeries in, a RunSeries out.
 """
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.series import RunSeries
 
 # The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
@@ -116,6 +119,33 @@ def _empty_updates(run: RunSeries) -> pd.Index:
     both = loss[1].index.intersection(grad[1].index)
     zero = (loss[1].loc[both].to_numpy() == 0) & (grad[1].loc[both].to_numpy() == 0)
     return both[zero]
+
+
+def startup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
+    """Last step of the fp16 loss-scale search at start-up, or None (bf16 / no scaler logged).
+    fp16 scalers begin their search high (2^16 DeepSpeed and torch GradScaler, 2^32 Megatron): a run
+    first seen halving from below ``startup_min_scale`` is already in trouble."""
+    found = run.resolve("loss_scale")
+    if found is None:
+        return None
+    scale = found[1].dropna()
+    if not (scale > 1).any():
+        return None
+    skipped_found = run.resolve("skipped_iters")
+    skipped = skipped_found[1] if skipped_found else None
+    values, steps = scale.to_numpy(), scale.index.to_numpy()
+    if values[0] < cfg.startup_min_scale:
+        return None  # halvings that start from a small scale are overflows, not the initial search
+    end = None
+    for i in range(len(values)):
+        decreased = i > 0 and values[i] < values[i - 1]
+        will_decrease = i == 0 and len(values) > 1 and values[1] < values[0]
+        skip = bool(skipped is not None and steps[i] in skipped.index and skipped.loc[steps[i]] > 0)
+        if decreased or will_decrease or skip:
+            end = int(steps[i])
+        else:
+            break
+    return end
 
 
 def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:

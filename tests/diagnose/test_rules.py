@@ -83,3 +83,21 @@ def test_cross_validation_never_trains_on_the_held_out_source_and_the_model_is_p
 def test_sources_group_by_repository():
     assert source_of("https://github.com/Org/Repo/blob/abc/x.log") == "org/repo"
     assert source_of("https://github.com/org/repo/issues/5#issuecomment-1") == "org/repo"
+
+
+def test_no_detector_keeps_a_threshold_of_its_own_outside_the_config():
+    """Every number a rule compares against lives in DiagnoseConfig (stored with the findings):
+    no module of the diagnosis keeps a numeric constant at module level, bar the pure maths of
+    robust.py (IQR to sigma) and its bound on the work done per departure."""
+    allowed = {("robust.py", "IQR_TO_SIGMA"), ("robust.py", "LOCAL_CONTEXT")}
+    found = []
+    for path in DIAGNOSE.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.BinOp)):
+                value = node.value
+                numeric = (isinstance(value, ast.Constant) and isinstance(value.value, (int, float))
+                           and not isinstance(value.value, bool)) or isinstance(value, ast.BinOp)
+                for target in node.targets:
+                    if numeric and isinstance(target, ast.Name) and (path.name, target.id) not in allowed:
+                        found.append(f"{path.relative_to(DIAGNOSE)}:{target.id}")
+    assert not found, found

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from moeproxy.diagnose.config import DiagnoseConfig
-from moeproxy.diagnose.detectors.overflow import startup_end_step
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import find_departures, fmt, log10_positive
+from moeproxy.diagnose.semantics import startup_end_step
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -39,11 +39,11 @@ RULES = declare(DIVERGENCE, {
    spike=("large_spike", "grad_excursion"),
    thresholds={"rise_over_best": ("loss_rise_over_best",), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor"),
-               "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records"),
-               "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records"), "contradicted_by_validation": ("validation_rise",)})
+               "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
+               "huge_spike": ("huge_spike",), "large_spike": ("large_spike",), "grad_excursion": ("zero_advantage",),
+               "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"), "contradicted_by_validation": ("validation_rise",)})
 
 
-LARGE_SPIKE = 10.0  # Megatron's SPIKY_LOSS_FACTOR
 
 
 def _candidates(run: RunSeries) -> list[tuple[str, str]]:
@@ -63,11 +63,9 @@ def _candidates(run: RunSeries) -> list[tuple[str, str]]:
     return out
 
 
-HUGE_SPIKE = 100.0   # two orders of magnitude above the median: a blow-up on sight, recovered or not
-ZERO_ADVANTAGE = 0.01  # RL grad norms below 1% of the run's usual level: groups with equal rewards
 
 
-def _zero_advantage_masked(series):
+def _zero_advantage_masked(series, cfg: DiagnoseConfig):
     """GRPO steps whose groups all had equal rewards carry (almost) no gradient: grad norm and loss
     are ~0 there by design. Such records say nothing about stability, and a jump back from them is
     not a spike: they are masked (NaN) for the spike rules."""
@@ -76,7 +74,7 @@ def _zero_advantage_masked(series):
     if finite.size < 3:
         return series
     usual = float(np.quantile(finite, 0.75))
-    low = np.isfinite(vals) & (vals < ZERO_ADVANTAGE * usual)
+    low = np.isfinite(vals) & (vals < cfg.zero_advantage * usual)
     return series.mask(low) if low.any() else series
 
 
@@ -119,7 +117,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     if start_end is not None:
         series = series[series.index > start_end]
     if rl and kind == "grad":
-        series = _zero_advantage_masked(series)
+        series = _zero_advantage_masked(series, cfg)
     vals = series.to_numpy()
     steps = series.index.to_numpy()
     with np.errstate(invalid="ignore"):
@@ -135,7 +133,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         if hit is not None:
             early.append(hit)
     if finite.size <= cfg.min_history:
-        return early + _huge_spikes(name, series.iloc[:cut], [], [])
+        return early + _huge_spikes(name, series.iloc[:cut], [], [], cfg)
     factor = cfg.grad_norm_factor if kind == "grad" else cfg.loss_factor
     y = log10_positive(prefix)
     deps = find_departures(y, +1, min_delta=float(np.log10(factor)), z=cfg.robust_z,
@@ -162,7 +160,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
             # it (verdict.py promotes a large_spike); either way this says what came just before
             what = (f"{name} rose to {fmt(peak)}x its median of {fmt(base)} at step {int(steps[d.first])}, "
                     f"the last finite record before {fmt(vals[cut])} at step {int(steps[cut])}")
-            rule = "large_spike" if peak >= LARGE_SPIKE else "spike_before_nonfinite"
+            rule = "large_spike" if peak >= cfg.large_spike else "spike_before_nonfinite"
             out.append(Finding(DIVERGENCE, int(steps[d.first]), WARNING, name, rule, what))
             continue
         if not critical:
@@ -193,12 +191,12 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         blips = [b for b in blips if b[0] < int(steps[d.onset])]
         break
     for step, peak in blips:
-        if peak >= LARGE_SPIKE:  # reported one by one: verdict.py promotes one that did lasting damage
+        if peak >= cfg.large_spike:  # reported one by one: verdict.py promotes one that did lasting damage
             out.append(Finding(DIVERGENCE, step, WARNING, name, "large_spike",
                                f"{name} spiked to {fmt(peak)}x its median at step {step} and came back "
                                f"within 2 records"))
-    out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips])
-    blips = [b for b in blips if b[1] < LARGE_SPIKE]
+    out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips], cfg)
+    blips = [b for b in blips if b[1] < cfg.large_spike]
     if blips:
         step, peak = max(blips, key=lambda b: b[1])
         out.append(Finding(DIVERGENCE, blips[0][0], WARNING, name, "isolated_spike",
@@ -207,8 +205,8 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     return early + out
 
 
-def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int]) -> list[Finding]:
-    """A record ``HUGE_SPIKE`` times the median of the records before it (a grad norm of 11,140
+def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int], cfg: DiagnoseConfig) -> list[Finding]:
+    """A record ``huge_spike`` times the median of the records before it (a grad norm of 11,140
     where it ran 8-15) is a blow-up even if the next record is back: critical. The instability is
     dated from the first earlier spike of the same series, if any."""
     if any(f.severity == CRITICAL for f in found):
@@ -219,7 +217,7 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int])
     for j in range(2, ok.size):
         before = vals[ok[:j]]
         med = float(np.median(before))
-        if vals[ok[j]] >= HUGE_SPIKE * med:
+        if vals[ok[j]] >= cfg.huge_spike * med:
             earlier = [s for s in [f.onset_step for f in found] + blip_steps
                        if s is not None and s < steps[ok[j]]]
             onset = min(earlier) if earlier else int(steps[ok[j]])
@@ -248,7 +246,7 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
     left out), dated by ``_blowup_onset``; a run that starts blown up is dated from its first record.
     ``floor``: an absolute size the blown-up records must also reach."""
     if rl:
-        series = _zero_advantage_masked(series.abs())
+        series = _zero_advantage_masked(series.abs(), cfg)
     vals = series.to_numpy(dtype=float)
     ok = np.isfinite(vals) & (vals > 0)
     if ok.sum() < 4:
@@ -290,7 +288,7 @@ def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig)
 
 @register_detector("divergence", "loss or grad-norm spike or sustained blow-up, finite at first")
 def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
-    start_end = startup_end_step(run)
+    start_end = startup_end_step(run, cfg)
     out: list[Finding] = []
     rl = run.is_rl
     for name, kind in _candidates(run):

@@ -25,9 +25,9 @@ RULES = declare(VANISHING_GRADIENT, {
     "lr_zero": "learning rate 0 after being positive",
     "grad_norm_zero_throughout": "grad norm exactly 0 in every record and the loss never moves: no update was ever applied",
     "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
-}, thresholds={"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records"),
+}, thresholds={"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
-               "loss_frozen": ("vanishing_min_records",)})
+               "loss_frozen": ("vanishing_min_records", "same_value", "min_digits")})
 
 
 def _tail_run(mask: np.ndarray) -> int:
@@ -38,10 +38,6 @@ def _tail_run(mask: np.ndarray) -> int:
     return int(mask.size - (false[-1] + 1 if false.size else 0))
 
 
-# When most records before a final run of ~0 grad norms were ~0 already, zero is the run's usual value
-# (GRPO windows whose groups all had equal rewards; a trainer that logs the last micro-step's norm),
-# and the final run is no departure from it.
-USUAL_ZERO_SHARE = 0.5
 
 
 @register_detector("vanishing_gradient", "grad norm ~0 or lr 0 for the rest of the run")
@@ -59,7 +55,7 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
             run_len = _tail_run(tiny)
             need = max(min(cfg.vanishing_min_records, max(3, len(vals) // 4)), 0.1 * len(vals))
             before = tiny[: len(vals) - run_len]
-            usual = before.size >= 3 and before.mean() > USUAL_ZERO_SHARE
+            usual = before.size >= 3 and before.mean() > cfg.usual_zero_share
             if run_len >= need and not usual:
                 onset = int(s.index[len(vals) - run_len])
                 out.append(Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "grad_norm_vanished",
@@ -87,10 +83,6 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
     return out
 
 
-# two printed values are the same number when they agree to this relative precision; a value printed
-# with fewer significant digits than this says nothing about repetition (``2.31`` repeats by chance)
-SAME_VALUE = 1e-6
-MIN_DIGITS = 4
 
 
 def _digits(value: float) -> int:
@@ -133,7 +125,7 @@ def _never_updated(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
 
 def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """A loss (training, or evaluation on a fixed set) that repeats one non-zero value to
-    ``SAME_VALUE`` for at least ``vanishing_min_records`` records through the end: the weights stopped
+    ``same_value`` for at least ``vanishing_min_records`` records through the end: the weights stopped
     changing. Dated from the first record when the training loss never improved before the
     repetition began (the run never learned), else from the first repeated record."""
     train = run.resolve("loss")
@@ -145,11 +137,11 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         v = s.to_numpy(dtype=float)
         if v.size < cfg.vanishing_min_records + 1 or v[-1] == 0:
             continue
-        same = np.abs(v - v[-1]) <= SAME_VALUE * abs(v[-1])
+        same = np.abs(v - v[-1]) <= cfg.same_value * abs(v[-1])
         n_same = _tail_run(same)
         if n_same < cfg.vanishing_min_records:
             continue
-        if _digits(v[-1]) < MIN_DIGITS:  # ``2.31`` printed five times can repeat by chance
+        if _digits(v[-1]) < cfg.min_digits:  # ``2.31`` printed five times can repeat by chance
             continue
         began = int(s.index[v.size - n_same])
         never = train is not None and not _improved(train[1], began)

@@ -25,18 +25,16 @@ RULES = declare(LENGTH_BLOWUP, {
     "truncation_rise": "the truncated share rising above its limit",
 }, damage=("length_pinned", "length_rise", "truncation_rise"),
    thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit",),
-               "length_max_at_cap": ("cap_from_start_share",)})
+               "length_max_at_cap": ("cap_from_start_share",),
+               "length_pinned": ("pinned_records", "pinned_share", "length_mean_rise")})
 RULES.update(declare(DIVERGENCE, {
     "length_runaway": "responses run away to the cap while the grad norm spikes",
-}, decisive=("length_runaway",)))
+}, decisive=("length_runaway",), thresholds={"length_runaway": ("length_grad_factor",)}))
 
 
-PINNED_RECORDS = 3      # records at the length cap, to the end of the run, that make a runaway
-PINNED_SHARE = 0.8      # share of the records from the onset on that sit at the cap (a dip is allowed)
-GRAD_SPIKE_FACTOR = 3.0  # grad norm this far above its median before the pin: the update blew up too
 
 
-def _pinned_at_cap(run: RunSeries) -> tuple[str, int, float, int] | None:
+def _pinned_at_cap(run: RunSeries, cfg: DiagnoseConfig) -> tuple[str, int, float, int] | None:
     """(metric, onset step, cap, records) when the longest response sits at the run's maximum
     length from some step to the end: the policy has run away to the generation limit."""
     found = run.resolve("response_length_max")
@@ -44,7 +42,7 @@ def _pinned_at_cap(run: RunSeries) -> tuple[str, int, float, int] | None:
         return None
     name, s = found
     s = s[np.isfinite(s.to_numpy())]
-    if len(s) <= PINNED_RECORDS:
+    if len(s) <= cfg.pinned_records:
         return None
     vals = s.to_numpy()
     cap = float(vals.max())
@@ -52,15 +50,15 @@ def _pinned_at_cap(run: RunSeries) -> tuple[str, int, float, int] | None:
     if not at_cap[-1]:
         return None
     share_from = np.cumsum(at_cap[::-1])[::-1] / np.arange(len(at_cap), 0, -1)
-    starts = np.flatnonzero(at_cap & (share_from >= PINNED_SHARE))
+    starts = np.flatnonzero(at_cap & (share_from >= cfg.pinned_share))
     k = int(starts[0])
     count = int(at_cap[k:].sum())
-    if count < PINNED_RECORDS or k == 0:
+    if count < cfg.pinned_records or k == 0:
         return None
     return name, int(s.index[k]), cap, count
 
 
-def _grad_blowup_near(run: RunSeries, onset: int) -> tuple[str, float, float, int] | None:
+def _grad_blowup_near(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> tuple[str, float, float, int] | None:
     """(metric, median before, peak, peak step) when the grad norm spikes around a length runaway."""
     found = run.resolve("grad_norm")
     if found is None:
@@ -76,15 +74,14 @@ def _grad_blowup_near(run: RunSeries, onset: int) -> tuple[str, float, float, in
     median = float(np.median(before))
     peak_i = int(np.argmax(around.to_numpy()))
     peak = float(around.iloc[peak_i])
-    if peak < GRAD_SPIKE_FACTOR * median:
+    if peak < cfg.length_grad_factor * median:
         return None
     return name, median, peak, int(around.index[peak_i])
 
 
-MEAN_RISE = 1.25  # the mean length over a pin against before it: the runaway lengthens answers overall
 
 
-def _mean_length_up(run: RunSeries, onset: int) -> bool | None:
+def _mean_length_up(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> bool | None:
     """Whether the mean response length ends above its level before ``onset`` (None: not logged)."""
     found = run.resolve("response_length_mean")
     if found is None:
@@ -94,18 +91,18 @@ def _mean_length_up(run: RunSeries, onset: int) -> bool | None:
     if len(before) < 3 or after.empty:
         return None
     # by the end of the pin: a runaway can lock the cap in a few records before the mean follows
-    return float(after.tail(3).median()) >= MEAN_RISE * float(before.tail(max(3, len(after) * 2)).median())
+    return float(after.tail(3).median()) >= cfg.length_mean_rise * float(before.tail(max(3, len(after) * 2)).median())
 
 
 @register_detector("length_blowup", "response length doubles or truncation rises above 10%")
 def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     out: list[Finding] = []
-    pinned = _pinned_at_cap(run)
+    pinned = _pinned_at_cap(run, cfg)
     if pinned is not None:
         name, onset, cap, count = pinned
         text = (f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} to the end "
                 f"({count} records): responses run away to the generation limit")
-        mean_up = _mean_length_up(run, onset)
+        mean_up = _mean_length_up(run, onset, cfg)
         records = len(run.resolve("response_length_max")[1])
         from_start = onset <= run.first_step or count >= (1 - cfg.cap_from_start_share) * records
         if mean_up is False or from_start:
@@ -117,7 +114,7 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                f"records) {why}"))
         else:
             out.append(Finding(LENGTH_BLOWUP, onset, CRITICAL, name, "length_pinned", text))
-        grad = _grad_blowup_near(run, onset) if mean_up is not False and not from_start else None
+        grad = _grad_blowup_near(run, onset, cfg) if mean_up is not False and not from_start else None
         if grad is not None:
             gname, median, peak, peak_step = grad
             # the policy update itself blows up with the runaway: a divergence, which entropy and

@@ -21,6 +21,7 @@ import pandas as pd
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.semantics import startup_end_step
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, OVERFLOW, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -43,7 +44,9 @@ RULES = declare(OVERFLOW, {
    # settles is what a loss spike looks like from the scaler's side: downstream of divergence
    chain={"overflow_storm": 1.5, "loss_scale_collapse": 3.5},
    thresholds={"saturated_value": ("saturation_abs", "fp16_max"),
-               "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings")})
+               "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "startup_min_scale"),
+               "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
+               "nonfinite_value": ("skipped_share",), "loss_zero_nan_filter": ("zero_loss_records",)})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
 
@@ -58,36 +61,6 @@ def is_numeric_health_key(name: str) -> bool:
         return False
     return ("loss" in low or "grad_norm" in low or "grad norm" in low or "grad-norm" in low
             or low in ("policy_entropy", "kl", "ppo_kl"))
-
-
-# fp16 scalers begin their start-up search high: 2^16 (DeepSpeed's initial_scale_power default),
-# 2^32 (Megatron), 2^16 (torch GradScaler); a run first seen halving from 64 is already in trouble.
-STARTUP_MIN_SCALE = 2.0 ** 10
-
-
-def startup_end_step(run: RunSeries) -> int | None:
-    """Last step of the fp16 loss-scale search at start-up, or None (bf16 / no scaler logged)."""
-    found = run.resolve("loss_scale")
-    if found is None:
-        return None
-    scale = found[1].dropna()
-    if not (scale > 1).any():
-        return None
-    skipped_found = run.resolve("skipped_iters")
-    skipped = skipped_found[1] if skipped_found else None
-    values, steps = scale.to_numpy(), scale.index.to_numpy()
-    if values[0] < STARTUP_MIN_SCALE:
-        return None  # halvings that start from a small scale are overflows, not the initial search
-    end = None
-    for i in range(len(values)):
-        decreased = i > 0 and values[i] < values[i - 1]
-        will_decrease = i == 0 and len(values) > 1 and values[1] < values[0]
-        skip = bool(skipped is not None and steps[i] in skipped.index and skipped.loc[steps[i]] > 0)
-        if decreased or will_decrease or skip:
-            end = int(steps[i])
-        else:
-            break
-    return end
 
 
 def _median_before(series: pd.Series, step: int, last: int = 20) -> float:
@@ -182,7 +155,7 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             grad_key = "grad" in name.lower()
             sev = WARNING if (fp16 and grad_key and isolated) else CRITICAL
             note = " (an isolated skipped fp16 step)" if sev == WARNING else ""
-            if sev == CRITICAL and grad_key and not fp16 and _skipped_steps(vals, run):
+            if sev == CRITICAL and grad_key and not fp16 and _skipped_steps(vals, run, cfg):
                 sev, note = WARNING, (" (each followed by a finite record, the loss finite throughout: "
                                       "steps skipped by dynamic loss scaling, not applied)")
             before = _median_before(series, step)
@@ -208,12 +181,11 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
     return out
 
 
-STORM_RECORDS = 3  # consecutive iterations skipped for overflow after start-up: the scaler cannot keep up
 
 
-def _storm_findings(run: RunSeries, start_end: int | None) -> list[Finding]:
+def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) -> list[Finding]:
     """An overflow storm: DeepSpeed's ``OVERFLOW! ... Skipping step`` (or a skipped-iterations count)
-    on ``STORM_RECORDS`` or more consecutive logged iterations after the start-up search. fp16
+    on ``storm_records`` or more consecutive logged iterations after the start-up search. fp16
     dynamic scaling skips one step now and then; skipping every step means the gradients overflow
     at any scale the scaler tries."""
     for name in ("deepspeed/overflow", *(f[0] for f in [run.resolve("skipped_iters")] if f)):
@@ -234,7 +206,7 @@ def _storm_findings(run: RunSeries, start_end: int | None) -> list[Finding]:
             while j + 1 < len(flags) and (flags[j + 1] or (j + 2 < len(flags) and flags[j + 2])):
                 j += 1
             count = int(flags[k:j + 1].sum())
-            if count >= STORM_RECORDS:
+            if count >= cfg.storm_records:
                 return [Finding(OVERFLOW, int(steps[k]), CRITICAL, name, "overflow_storm",
                                 f"{name}: {count} of the {j - k + 1} logged iterations from step {int(steps[k])} "
                                 f"to {int(steps[j])} were skipped for overflow (after the start-up search)")]
@@ -242,15 +214,14 @@ def _storm_findings(run: RunSeries, start_end: int | None) -> list[Finding]:
     return []
 
 
-SKIPPED_SHARE = 0.25  # non-finite grad norms on more records than this are no longer occasional
 
 
-def _skipped_steps(grad: np.ndarray, run: RunSeries) -> bool:
+def _skipped_steps(grad: np.ndarray, run: RunSeries, cfg: DiagnoseConfig) -> bool:
     """Scattered non-finite grad norms that the loss never follows: each is followed by a finite
     record and the loss stays finite, so the updates were skipped (fp16 AMP's GradScaler, or a
     trainer that drops non-finite steps), not applied."""
     bad = ~np.isfinite(grad)
-    if not bad.any() or bad[-1] or bad.mean() > SKIPPED_SHARE or (bad[:-1] & bad[1:]).any():
+    if not bad.any() or bad[-1] or bad.mean() > cfg.skipped_share or (bad[:-1] & bad[1:]).any():
         return False
     loss = run.resolve("loss")
     return loss is not None and bool(np.isfinite(loss[1].to_numpy()).all())
@@ -279,10 +250,9 @@ def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Findi
     return []
 
 
-ZERO_LOSS_RECORDS = 2
 
 
-def _zero_loss_findings(run: RunSeries) -> list[Finding]:
+def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """HF Trainer's ``logging_nan_inf_filter`` (on by default) leaves NaN/inf step losses out of the
     logged average; when every step of a logging window was non-finite nothing is left and it logs
     a loss of exactly 0.0. A loss that was positive and is exactly 0 on every record to the end is
@@ -294,11 +264,11 @@ def _zero_loss_findings(run: RunSeries) -> list[Finding]:
         return []
     name, loss = found
     vals = loss.to_numpy(dtype=float)
-    if vals.size <= ZERO_LOSS_RECORDS or not (vals[:-ZERO_LOSS_RECORDS] > 0).any():
+    if vals.size <= cfg.zero_loss_records or not (vals[:-cfg.zero_loss_records] > 0).any():
         return []
     zero = vals == 0.0
     tail = len(zero) - (int(np.flatnonzero(~zero)[-1]) + 1 if (~zero).any() else 0)
-    if tail < ZERO_LOSS_RECORDS:
+    if tail < cfg.zero_loss_records:
         return []
     j = len(vals) - tail
     step = int(loss.index[j])
@@ -309,15 +279,15 @@ def _zero_loss_findings(run: RunSeries) -> list[Finding]:
 
 @register_detector("overflow", "non-finite loss/grad, loss-scale collapse, skipped/NaN iterations, saturation")
 def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
-    start_end = startup_end_step(run)
+    start_end = startup_end_step(run, cfg)
     found = run.resolve("loss_scale")
     fp16 = bool(found is not None and (found[1].dropna() > 1).any())
     findings = _value_findings(run, cfg, start_end, fp16)
     findings += _loss_scale_findings(run, cfg, start_end)
     findings += _counter_findings(run, cfg, start_end, fp16)
     findings += _vanished_loss_findings(run, start_end)
-    findings += _storm_findings(run, start_end)
-    findings += _zero_loss_findings(run)
+    findings += _storm_findings(run, cfg, start_end)
+    findings += _zero_loss_findings(run, cfg)
     if start_end is not None:
         findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
                                 f"fp16 loss-scale search at start-up up to step {start_end} is not a "

@@ -38,12 +38,11 @@ RULES = declare(PRECISION_MISMATCH, {
 }, # LABELS.md: "a gap that opens only after the policy has already blown up (then it is a symptom)"
    symptom_of={name: ("divergence",) for name in ("logprob_diff", "logprob_diff_from_start", "mismatch_kl",
                                                   "mismatch_kl_from_start", "is_ratio_drift", "is_ratio_out_of_range")},
-   thresholds={"logprob_diff": ("logprob_diff_limit", "logprob_diff_growth"),
+   thresholds={"logprob_diff": ("logprob_diff_limit", "logprob_diff_growth", "flat_gap_factor"),
                "mismatch_kl": ("mismatch_kl_limit",), "is_ratio_drift": ("is_ratio_low", "is_ratio_high")})
 
 # A gap that is flat from the start is the engines' usual disagreement unless it is well above the
 # limit: verl's 0.01 guidance marks a problem, and runs sit at 0.004-0.014 while learning fine.
-FLAT_GAP_FACTOR = 2.0
 
 MISMATCH_KL_NAMES = ("rollout_corr/k3_kl", "rollout_corr/kl", "gen_kl_error", "policy_kl_error",
                      "vllm_kl", "train/vllm_kl", "js_divergence_error", "train/gen_kl_error")
@@ -70,10 +69,10 @@ def _rising_gap(name: str, series, cfg: DiagnoseConfig, limit: float, rule: str)
     above = s[s > limit]
     if start > limit and len(above) >= 0.8 * len(s):
         median = float(s.median())
-        if median > FLAT_GAP_FACTOR * limit:
+        if median > cfg.flat_gap_factor * limit:
             return Finding(PRECISION_MISMATCH, int(s.index[0]), CRITICAL, name, rule + "_from_start",
                            f"{name} is above {fmt(limit)} from the first record (median {fmt(median)}, "
-                           f"over {fmt(FLAT_GAP_FACTOR)}x the limit): trainer and rollout disagree from the start")
+                           f"over {fmt(cfg.flat_gap_factor)}x the limit): trainer and rollout disagree from the start")
         return Finding(PRECISION_MISMATCH, int(s.index[0]), WARNING, name, rule + "_flat_gap",
                        f"{name} sits at {fmt(median)} from the first record, a little above {fmt(limit)}, "
                        f"and does not grow: a steady gap between trainer and rollout, worth watching")
