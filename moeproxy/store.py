@@ -172,7 +172,13 @@ class Store:
 
     def _open(self):
         deadline = time.monotonic() + self.lock_timeout
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a parent that is a file, a folder that cannot be written
+            raise InputError(f"{self.path}: cannot create the run database's folder {self.path.parent} "
+                             f"({exc.strerror or exc})") from None
+        if self.path.exists() and not self.path.is_file():
+            raise InputError(f"{self.path}: not a regular file; the run database must be a file")
         delay = 0.02
         while True:
             try:
@@ -198,6 +204,13 @@ class Store:
         except duckdb.Error:
             version = None
         if version is None:
+            tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                                "WHERE table_schema = 'main'").fetchall()]
+            if tables:  # a user's own DuckDB database: never add moeproxy's tables to it
+                con.close()
+                shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+                raise InputError(f"{self.path}: a DuckDB database that is not a moeproxy run database (it holds "
+                                 f"{shown}); nothing was changed; choose another --db")
             con.execute(_SCHEMA)
             self._init_meta(con)
         elif version[0] != str(SCHEMA_VERSION):
@@ -241,10 +254,20 @@ class Store:
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection for queries; closed (and the file released) on exit."""
+        """A connection for queries; closed (and the file released) on exit. A store that does not
+        exist yet reads as an empty one: a read never creates the file or its folders."""
         if self._memory is not None:
             with self._memory.cursor() as cur:
                 yield cur
+            return
+        if self._held is None and not self.path.exists():
+            con = duckdb.connect(":memory:")
+            con.execute(_SCHEMA)
+            self._init_meta(con)
+            try:
+                yield con
+            finally:
+                con.close()
             return
         con = self._connect()
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from moeproxy.commands.common import add_db_option, open_store
+from moeproxy.terminal import shown
 
 HELP = "list the runs in the database with role, format, size and latest verdict"
 
@@ -26,5 +27,8 @@ def run(args) -> int:
         return 0
     columns = ["run", "role", "proxy_of", "framework", "format", "steps", "metrics", "rows", "nonfinite",
                "attempts", "verdict"]
-    print(table[columns].fillna("").to_string(index=False))
+    table = table[columns].fillna("")
+    for column in ("run", "proxy_of", "framework", "format"):  # names from logs and users, printed safely
+        table[column] = table[column].map(shown)
+    print(table.to_string(index=False))
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from moeproxy.terminal import shown
+
 from moeproxy.diagnose.taxonomy import HEALTHY
 
 _MARK = {"critical": "!!", "warning": " !", "info": " -"}
@@ -10,7 +12,7 @@ _MARK = {"critical": "!!", "warning": " !", "info": " -"}
 def render_text(result: dict, run: str | None = None) -> str:
     """The verdict line, then one line per finding (severity, category, onset, metric, rule) with
     its evidence sentence indented below."""
-    head = f"{run}: " if run else ""
+    head = f"{shown(run)}: " if run else ""
     verdict, onset = result["verdict"], result.get("onset_step")
     if verdict == HEALTHY:
         lines = [f"{head}healthy: no critical finding"]
@@ -19,17 +21,17 @@ def render_text(result: dict, run: str | None = None) -> str:
     if result.get("confidence"):
         lines[0] += f" (confidence {result['confidence']}: {result.get('confidence_reason', '')})".replace(": )", ")")
     for alt in result.get("alternatives") or []:
-        lines.append(f"  another reading: {alt['category']} from step {alt['onset_step']} ({alt['why']})")
+        lines.append(f"  another reading: {alt['category']} from step {alt['onset_step']} ({shown(alt['why'])})")
     others = {n: r for n, r in result.get("runs", {}).items() if n != result.get("run")}
     for name, r in others.items():
         where = "" if r["onset_step"] is None else f" from step {r['onset_step']}"
-        lines.append(f"  also in this file: {name}: {r['verdict']}{where} (confidence {r.get('confidence')})")
+        lines.append(f"  also in this file: {shown(name)}: {r['verdict']}{where} (confidence {r.get('confidence')})")
     findings = result.get("findings", [])
     if findings:
         lines.append("")
     for f in findings:
         step = "-" if f["onset_step"] is None else f["onset_step"]
         lines.append(f"{_MARK.get(f['severity'], '  ')} {f['severity']:<8} {f['category']:<18} "
-                     f"step {step:<8} {f['metric']} [{f['rule']}]")
-        lines.append(f"     {f['evidence']}")
+                     f"step {step:<8} {shown(f['metric'])} [{f['rule']}]")
+        lines.append(f"     {shown(f['evidence'])}")
     return "\n".join(lines) + "\n"

@@ -8,6 +8,8 @@ whose sha256 is already stored is reported as a duplicate and adds nothing.
 
 from __future__ import annotations
 
+from moeproxy.terminal import shown
+
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -49,9 +51,9 @@ class IngestSummary:
 
     def line(self) -> str:
         if self.duplicate:
-            return f"{self.path}: already ingested (same sha256) into run {self.duplicate_of!r}; nothing added"
+            return f"{shown(self.path)}: already ingested (same sha256) into run {self.duplicate_of!r}; nothing added"
         parts = [
-            f"{self.path} -> run {self.run!r}", f"format {self.format} ({self.framework})",
+            f"{shown(self.path)} -> run {self.run!r}", f"format {self.format} ({self.framework})",
             f"{self.steps} steps", f"{self.metrics} metrics", f"{self.rows} rows",
             f"{self.nonfinite} non-finite", f"{self.attempts} attempt{'s' if self.attempts != 1 else ''}",
         ]
@@ -59,7 +61,7 @@ class IngestSummary:
             parts.append(f"{self.skipped_lines} non-metric lines skipped")
         if self.step_from_index:
             parts.append("no step counter: record index used as step")
-        return "\n".join([", ".join(parts)] + [f"  warning: {w}" for w in self.warnings])
+        return "\n".join([", ".join(parts)] + [f"  warning: {shown(w)}" for w in self.warnings])
 
 
 @dataclass
@@ -73,7 +75,7 @@ class SkippedFile:
         return {"path": self.path, "skipped": True, "reason": self.reason}
 
     def line(self) -> str:
-        return f"skipped {self.reason}"
+        return f"skipped {shown(self.reason)}"
 
 
 class IngestResult(list):
