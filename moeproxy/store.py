@@ -201,8 +201,11 @@ class Store:
                 raise InputError(f"{self.path}: not a moeproxy run database ({str(exc).splitlines()[0]})") from None
         try:  # a plain read (an information_schema join cost ~8 ms on every open); no meta table: new file
             version = _first(con.execute("SELECT value FROM meta WHERE key='schema_version'"))
-        except duckdb.Error:
+        except duckdb.CatalogException:
             version = None
+        except duckdb.Error as exc:
+            con.close()
+            raise self.unreadable(exc) from None
         if version is None:
             tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
                                                 "WHERE table_schema = 'main'").fetchall()]
@@ -232,6 +235,25 @@ class Store:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
         con.execute("COMMIT")
 
+    def unreadable(self, exc: BaseException) -> InputError:
+        """The one-line error for a store file DuckDB cannot read or write (damaged, truncated,
+        disk full): nothing was changed by the command that met it."""
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = "the disk is full" if "space left" in first.lower() else "damaged or truncated?"
+        return InputError(f"{self.path}: cannot use the run database ({why}: {first}); nothing was changed")
+
+    @contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """DuckDB's I/O and internal errors on a file store (a damaged or truncated file, a full
+        disk) become ``unreadable``'s one line instead of a traceback."""
+        try:
+            yield
+        except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException,
+                duckdb.TransactionException) as exc:  # a commit whose write-ahead log hit a full disk
+            if self._memory is not None:
+                raise
+            raise self.unreadable(exc) from None
+
     @contextmanager
     def held(self) -> Iterator[None]:
         """Keep the file open across several reads and writes (one watcher cycle): inside, ``read()``
@@ -240,12 +262,13 @@ class Store:
         if self._memory is not None or self._held is not None:
             yield
             return
-        self._held = self._open()
-        try:
-            yield
-        finally:
-            held, self._held = self._held, None
-            held.close()
+        with self._guarded():
+            self._held = self._open()
+            try:
+                yield
+            finally:
+                held, self._held = self._held, None
+                held.close()
 
     def _connect(self):
         """A connection of its own, or a cursor of the held one."""
@@ -269,29 +292,34 @@ class Store:
             finally:
                 con.close()
             return
-        con = self._connect()
-        try:
-            yield con
-        finally:
-            con.close()
+        with self._guarded():
+            con = self._connect()
+            try:
+                yield con
+            finally:
+                con.close()
 
     @contextmanager
     def write(self) -> Iterator["Transaction"]:
         """One transaction: committed on normal exit, rolled back on any exception."""
-        cm = self._memory.cursor() if self._memory is not None else None
-        con = cm if cm is not None else self._connect()
-        try:
-            con.execute("BEGIN TRANSACTION")
-            tx = Transaction(con)
+        with self._guarded():
+            cm = self._memory.cursor() if self._memory is not None else None
+            con = cm if cm is not None else self._connect()
             try:
-                yield tx
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
-            con.execute("COMMIT")
-        finally:
-            con.close()
+                con.execute("BEGIN TRANSACTION")
+                tx = Transaction(con)
+                try:
+                    yield tx
+                except BaseException:
+                    try:
+                        con.execute("ROLLBACK")
+                    except duckdb.Error:  # a transaction DuckDB already aborted (disk full): nothing to undo
+                        pass
+                    raise
+                con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
+                con.execute("COMMIT")
+            finally:
+                con.close()
 
     # -- queries -------------------------------------------------------------------------
     def data_version(self) -> int:
