@@ -31,9 +31,15 @@ def test_a_users_own_duckdb_file_is_never_changed(tmp_path):
     con.close()
     log = tmp_path / "run.log"
     log.write_text("".join(f"step {s} loss={3 - 0.01 * s:.3f}\n" for s in range(1, 20)))
-    for args in (("runs", "--db", db), ("ingest", log, "--db", db)):
+    import hashlib
+
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for args in (("runs", "--db", db), ("ingest", log, "--db", db), ("diagnose", "x", "--db", db),
+                 ("export", "x", "--to", tmp_path / "x.csv", "--db", db), ("report", "x", "-o", tmp_path / "x.html", "--db", db),
+                 ("diagnose", log, "--db", db)):
         rc, out = _cli(*args, cwd=tmp_path)
         assert rc == 2 and "not a moeproxy run database" in out and "Traceback" not in out, out
+        assert hashlib.sha256(db.read_bytes()).hexdigest() == before, args
     con = duckdb.connect(str(db))
     assert con.execute("SELECT table_name FROM information_schema.tables").fetchall() == [("sales",)]
     assert con.execute("SELECT * FROM sales").fetchall() == [(1,)]
