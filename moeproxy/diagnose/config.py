@@ -64,6 +64,7 @@ class DiagnoseConfig:
     huge_spike: float = 100.0          # a record this many times the median before it: a blow-up on sight
     zero_advantage: float = 0.01       # RL grad norms below this share of the usual level: equal-reward groups
     usual_zero_share: float = 0.5      # grad norms ~0 on more records than this: zero is the run's usual value
+    empty_update_share: float = 0.8    # RL updates with a loss exactly 0 on this share of records: nothing is learned
     same_value: float = 1e-6           # relative agreement at which two printed losses are the same number
     min_digits: int = 4                # significant digits a repeated loss must show to mean a frozen loss
     short_run: int = 10                # confidence: fewer records and bands rest on a handful of points

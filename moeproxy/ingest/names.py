@@ -52,7 +52,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "reward_mean": (
         "critic/score/mean", "critic/rewards/mean", "grpo/score/mean", "reward", "reward_mean",
         "rollout/reward_mean", "train/reward", "rollout/raw_reward", "objective/scores", "score",
-        "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward",
+        "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward", "env/all/reward/total",
     ),
     "response_length_mean": (
         "response_length/mean", "completions/mean_length", "rollout/response_length_mean",

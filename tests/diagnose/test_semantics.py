@@ -119,3 +119,32 @@ def test_no_update_ever_applied_and_a_frozen_loss_are_vanishing_gradient():
     # a loss printed with three digits repeats by chance: no finding
     coarse = np.r_[_healthy_loss(30), [2.31] * 10]
     assert diagnose_series({"loss": coarse})["verdict"] != "vanishing_gradient"
+
+
+def test_every_update_empty_with_the_reward_at_its_floor_is_vanishing_gradient_not_at_its_ceiling():
+    rng = np.random.default_rng(3)
+    n = 100
+    loss = np.zeros(n)
+    hits = rng.choice(n, 8, replace=False)
+    loss[hits] = rng.normal(0, 3, 8)
+    reward = np.zeros(n)
+    reward[hits] = 0.25
+    res = diagnose_series({"loss": loss, "reward_mean": reward})
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 0
+    assert res["findings"][0]["rule"] == "updates_empty"
+    # every group scoring full marks: converged, not stuck
+    assert diagnose_series({"loss": loss, "reward_mean": 1.0 - reward})["verdict"] == "healthy"
+    # scattered empty updates in a learning run: normal
+    learning = rng.normal(0, 0.05, n)
+    learning[::3] = 0.0
+    assert diagnose_series({"loss": learning, "reward_mean": np.linspace(0.1, 0.6, n)})["verdict"] == "healthy"
+
+
+def test_entropy_falling_after_the_reward_reached_its_ceiling_is_convergence():
+    n = 100
+    entropy = 0.8 * np.exp(-np.arange(n) / 5.0) + 1e-4
+    reward = np.minimum(1.0, 0.6 + 0.1 * np.arange(n))
+    assert diagnose_series({"policy_entropy": entropy, "reward_mean": reward})["verdict"] == "healthy"
+    # the same entropy fall with a reward that stalls low is a collapse
+    stalled = 0.3 + np.random.default_rng(4).normal(0, 0.02, n)
+    assert diagnose_series({"policy_entropy": entropy, "reward_mean": stalled})["verdict"] == "entropy_collapse"

@@ -26,6 +26,7 @@ RULES = declare(DIVERGENCE, {
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
+    "entropy_drop_reward_at_ceiling": "entropy falling after the reward rose to its ceiling (converged, not a collapse)",
 }, damage=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction",)}))
 
 
@@ -43,6 +44,21 @@ def reward_gain_after(run: RunSeries, step: int) -> tuple[str, float, float] | N
     gain = float(np.median(after[-k:]) - np.median(after[:k]))
     noise = float(np.median(np.abs(np.diff(r.to_numpy())))) * 1.4826 / np.sqrt(2) if len(r) > 2 else 0.0
     return name, gain, noise
+
+
+def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
+    """(start level, ceiling) when the reward rose to its maximum and most of its last quarter is
+    *at* that maximum (within 1 %: a bounded reward saturated, every group at full marks), so it has
+    nothing left to gain. A noisy plateau touches its maximum once or twice: not a ceiling."""
+    r = reward[np.isfinite(reward.to_numpy())].to_numpy(dtype=float)
+    if len(r) < 4:
+        return None
+    top, start = float(r.max()), head_level(r, share=0.05, minimum=2)
+    tail = r[-max(2, len(r) // 4):]
+    at_top = tail >= top - 0.01 * max(abs(top), 1e-9)
+    if at_top.mean() >= 0.5 and top - start > max(3 * noise, 0.01 * abs(top)):
+        return start, top
+    return None
 
 
 @register_detector("entropy_collapse", "policy entropy to a small fraction of its start while reward stalls")
@@ -82,6 +98,11 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
         if gain > max(3 * noise, 0.02 * max(abs(float(run.get(rname).max())), 1e-9)):
             return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_rising",
                             text + f"; {rname} still gained {fmt(gain)} afterwards (sharpening)")]
+        ceiling = _at_ceiling(run.get(rname), noise)
+        if ceiling is not None:  # LABELS.md: a reward that cannot improve did not stop improving
+            return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_at_ceiling",
+                            text + f"; {rname} had risen from {fmt(ceiling[0])} to its ceiling {fmt(ceiling[1])} "
+                                   f"and stays there (converged)")]
         text += f"; {rname} changed by {fmt(gain)} afterwards (stalled)"
     else:
         text += "; no reward logged to confirm a stall"

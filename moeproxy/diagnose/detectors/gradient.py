@@ -25,9 +25,11 @@ RULES = declare(VANISHING_GRADIENT, {
     "lr_zero": "learning rate 0 after being positive",
     "grad_norm_zero_throughout": "grad norm exactly 0 in every record and the loss never moves: no update was ever applied",
     "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
+    "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
 }, thresholds={"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
-               "loss_frozen": ("vanishing_min_records", "same_value", "min_digits")})
+               "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
+               "updates_empty": ("empty_update_share", "vanishing_min_records")})
 
 
 def _tail_run(mask: np.ndarray) -> int:
@@ -66,7 +68,7 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
                                    "scattered_zero_grad",
                                    f"{int(tiny.sum())} records with {name} ~0 (e.g. GRPO groups with zero "
                                    f"reward variance): normal when scattered"))
-    out += _never_updated(run, cfg)
+    out += _never_updated(run, cfg) or _empty_updates(run, cfg)
     out += _frozen_losses(run, cfg)
     found = run.resolve("lr")
     if found:
@@ -151,3 +153,31 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         return [Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "loss_frozen",
                         f"{name} repeats {v[-1]:.7g} exactly in its last {n_same} records (from step {began}){why}")]
     return []
+
+
+def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    """LABELS.md "every GRPO group's rewards equal on every step": in an RL run, a policy loss of
+    exactly 0 (an update with no advantage to follow) on at least ``empty_update_share`` of the
+    records, with the reward stuck at its lowest value (most groups score nothing; a run whose
+    groups all score full marks has converged instead). Scattered zeros are normal."""
+    loss = run.resolve("loss")
+    if not run.is_rl or loss is None:
+        return []
+    name, s = loss
+    v = s[np.isfinite(s.to_numpy())].to_numpy(dtype=float)
+    if v.size < cfg.vanishing_min_records:
+        return []
+    share = float(np.mean(v == 0))
+    if share < cfg.empty_update_share:
+        return []
+    reward = run.resolve("reward_mean")
+    why = ""
+    if reward is not None:
+        r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
+        if r.size and float(np.median(r)) > float(r.min()) + 0.1 * (float(r.max()) - float(r.min())):
+            return []
+        why = f"; {reward[0]} sits at its lowest value ({fmt(float(r.min()))}) on most records"
+    first = int(s.index[0])
+    return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
+                    f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the groups' "
+                    f"rewards are all equal, so no update has anything to learn from")]
