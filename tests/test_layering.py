@@ -49,3 +49,101 @@ def test_the_library_never_imports_the_dashboard():
 def test_ingest_and_diagnose_do_not_import_torch():
     assert offenders("moeproxy/ingest", "torch") == []
     assert offenders("moeproxy/diagnose", "torch") == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """moeproxy module -> the moeproxy modules it imports (anywhere in its source). ``from pkg import
+    name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``."""
+    package = ROOT / "moeproxy"
+    modules: dict[str, Path] = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+
+    def owner(name: str) -> str | None:
+        parts = name.split(".")
+        while parts:
+            if ".".join(parts) in modules:
+                return ".".join(parts)
+            parts = parts[:-1]
+        return None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    targets.append(full if full in modules else base)
+            for target in targets:
+                if target.startswith("moeproxy"):
+                    found = owner(target)
+                    if found and found != name:
+                        edges.add(found)
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_import_graph_has_no_circles():
+    """No module imports, however lazily, one that imports it back (issue "one home for each rule"):
+    the diagnosis's registries sit below the detectors and ``catalog`` above them; the proxy's
+    feature types sit below both feature methods."""
+    assert _cycles(_module_graph()) == []

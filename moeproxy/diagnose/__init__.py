@@ -10,7 +10,8 @@ when they are stale.
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.diagnosis import diagnose_frame, diagnose_run, diagnose_series
 from moeproxy.diagnose.pair import compare_runs, diagnose_pair
-from moeproxy.diagnose.registry import DETECTORS, all_detectors, register_detector
+from moeproxy.diagnose.catalog import all_detectors
+from moeproxy.diagnose.registry import DETECTORS, register_detector
 from moeproxy.diagnose.render import render_text
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CATEGORIES, MAIN_CATEGORIES, SECONDARY_CATEGORIES, Finding

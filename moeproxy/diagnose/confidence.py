@@ -13,7 +13,8 @@ findings agree on; a healthy verdict with warnings that almost made a finding is
 from __future__ import annotations
 
 from moeproxy.diagnose.config import DiagnoseConfig
-from moeproxy.diagnose.rules import label_of, rule_of
+from moeproxy.diagnose.catalog import rule_of
+from moeproxy.diagnose.rules import label_of
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, WARNING, Finding
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from moeproxy.diagnose.confidence import assess
 from moeproxy.diagnose.config import DiagnoseConfig
-from moeproxy.diagnose.registry import all_detectors
+from moeproxy.diagnose.catalog import all_detectors
 from moeproxy.diagnose.semantics import read_data
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding

@@ -35,10 +35,3 @@ def register_detector(name: str, description: str) -> Callable[[DetectFunction],
         return fn
 
     return wrap
-
-
-def all_detectors() -> dict[str, Detector]:
-    """The registered detectors (importing the detector modules on first use)."""
-    import moeproxy.diagnose.detectors  # noqa: F401  (registration side effect)
-
-    return dict(DETECTORS)

@@ -90,12 +90,3 @@ def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...
         RULES.add(name, rule)
         out[name] = rule
     return out
-
-
-def rule_of(name: str, category: str) -> Rule:
-    """The declared rule (detector modules imported first); an undeclared name (a finding made by
-    hand) gets the plain properties of its category."""
-    import moeproxy.diagnose.detectors  # noqa: F401  (declarations are made at import)
-
-    rule = RULES.get(name)
-    return rule if rule is not None else Rule(name, category, "undeclared")

@@ -16,7 +16,8 @@ Before that, a lasting finding that is a symptom of damage that started before i
 
 from __future__ import annotations
 
-from moeproxy.diagnose.rules import label_of, rule_of
+from moeproxy.diagnose.catalog import rule_of
+from moeproxy.diagnose.rules import label_of
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, MAIN_CATEGORIES, SEVERITIES, WARNING, Finding
 

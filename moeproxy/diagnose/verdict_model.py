@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moeproxy.diagnose.rules import CHAIN, label_of, rule_of
+from moeproxy.diagnose.catalog import rule_of
+from moeproxy.diagnose.rules import CHAIN, label_of
 from moeproxy.diagnose.taxonomy import CATEGORIES, HEALTHY
 
 CANDIDATE_CATEGORIES = tuple(c for c in CATEGORIES if c != HEALTHY)

@@ -55,7 +55,7 @@ def read_calibration(path: str | Path, ckpt_dir: Path, max_tokens: int, max_len:
 def calibrate(ctx):
     import torch
 
-    from moeproxy.proxy.features import LayerFeatures
+    from moeproxy.proxy.feature_types import LayerFeatures
     from moeproxy.proxy.streamed import StreamedModel
 
     if not ctx.calibration:

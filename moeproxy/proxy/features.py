@@ -16,39 +16,17 @@ Each method yields ``(MoeLayer, LayerFeatures)`` one MoE layer at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
-import numpy as np
-
 from moeproxy.errors import InputError
-from moeproxy.proxy.arch import FamilyAdapter
 from moeproxy.proxy.checkpoint import Checkpoint, read_tensor, read_tensor_into, torch_dtype
+from moeproxy.proxy.feature_types import FeatureContext, LayerFeatures  # noqa: F401  (re-exported)
 from moeproxy.proxy.heap import bound_heap_growth, trim_heap
-from moeproxy.proxy.layout import MoeLayer, MoeLayout
+from moeproxy.proxy.layout import MoeLayer
 from moeproxy.proxy.threads import one_intra_op_thread
 from moeproxy.registry import Registry
 
 PROBE_TOKENS = 32
-
-
-@dataclass
-class LayerFeatures:
-    features: np.ndarray  # [E, D]
-    frequency: np.ndarray | None = None  # [E] routed-token counts (calibration only)
-    saliency: np.ndarray | None = None  # [E] mean gate-weighted output norm over routed tokens
-    kind: str = ""
-
-
-@dataclass
-class FeatureContext:
-    ckpt: Checkpoint
-    adapter: FamilyAdapter
-    layout: MoeLayout
-    seed: int = 0
-    device: str = "cpu"
-    calibration: str | None = None
-    max_calibration_tokens: int = 4096
 
 
 def _normalise(x):
@@ -196,7 +174,7 @@ def weight_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFeatur
 
 
 def activation_features(ctx: FeatureContext) -> Iterator[tuple[MoeLayer, LayerFeatures]]:
-    from moeproxy.proxy.calibration import calibrate
+    from moeproxy.proxy.calibration import calibrate  # lazily: it needs torch and a tokenizer file
 
     yield from calibrate(ctx)
 
