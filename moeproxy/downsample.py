@@ -31,6 +31,23 @@ DEFAULT_BUCKETS = 1000
 DEFAULT_MAX_NONFINITE = 5000
 COLUMNS = ["metric", "step", "value", "attempt", "latest", "kind"]
 
+
+def bucket_sql(lo: int, hi: int, buckets: int) -> str:
+    """The bucket (0..buckets-1) of ``step`` in lo..hi, as SQL: 64-bit arithmetic when
+    ``(hi - lo + 1) * buckets`` fits in it, else 128-bit (steps near +-2^63 overflow 64 bits)."""
+    if (hi - lo + 1) * buckets < 2**63:
+        return "least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1)"
+    return ("least(CAST((CAST(step AS HUGEINT) - $lo) * $buckets // (CAST($hi AS HUGEINT) - $lo + 1) AS BIGINT), "
+            "$buckets - 1)")
+
+
+def bucket_numpy(steps: np.ndarray, lo: int, hi: int, buckets: int) -> np.ndarray:
+    """``bucket_sql`` for an array of steps (Python integers where 64 bits would overflow)."""
+    if (hi - lo + 1) * buckets < 2**63:
+        return np.minimum((steps - lo) * buckets // (hi - lo + 1), buckets - 1)
+    return np.array([min((int(s) - lo) * buckets // (hi - lo + 1), buckets - 1) for s in steps], dtype=np.int64)
+
+
 # One statement for several metrics of one run: $run is the integer run id, {scan} the rows (``_scan``),
 # read by the store's one definition of a series (``series_sql``: attempts, ranks).
 _M4_SQL = """
@@ -41,7 +58,7 @@ WITH marked AS (
     FROM ({series})),
 bucketed AS (
     SELECT *, CASE WHEN latest THEN -1 ELSE attempt END AS lane,
-           least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket
+           {bucket} AS bucket
     FROM marked),
 finite_kept AS (
     SELECT metric, lane, unnest([min(step), max(step), arg_min(step, value), arg_max(step, value)]) AS step
@@ -68,7 +85,7 @@ SELECT min(step), arg_min(value, step), max(step), arg_max(value, step),
        arg_min(step, value), min(value), arg_max(step, value), max(value)
 FROM scalars WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric = $m AND step BETWEEN $lo AND $hi
   AND isfinite(value)
-GROUP BY least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1)
+GROUP BY {bucket}
 """
 _NONFINITE_SQL = """
 SELECT step, value FROM scalars
@@ -84,7 +101,8 @@ def _kind(values: np.ndarray) -> np.ndarray:
 def _m4_one_series(con, run_id: int, metric: str, lo: int, hi: int, buckets: int,
                    max_nonfinite: int, rows_at: tuple[int, int]) -> pd.DataFrame:
     params = {"run": run_id, "m": metric, "lo": lo, "hi": hi, "r0": rows_at[0], "r1": rows_at[1]}
-    rows = con.execute(_M4_BUCKETS_SQL, {**params, "buckets": buckets}).fetchnumpy()
+    rows = con.execute(_M4_BUCKETS_SQL.format(bucket=bucket_sql(lo, hi, buckets)),
+                       {**params, "buckets": buckets}).fetchnumpy()
     cols = list(rows.values())
     steps = np.concatenate([np.asarray(cols[i], dtype=np.int64) for i in (0, 2, 4, 6)]) if len(cols[0]) else \
         np.empty(0, np.int64)
@@ -97,7 +115,7 @@ def _m4_one_series(con, run_id: int, metric: str, lo: int, hi: int, buckets: int
     bad_values = np.asarray(bad["value"], dtype=np.float64)
     bad_kind = _kind(bad_values)
     if len(bad_steps) > max_nonfinite:  # keep the first and last of each kind in each bucket
-        bucket = np.minimum((bad_steps - lo) * buckets // (hi - lo + 1), buckets - 1)
+        bucket = bucket_numpy(bad_steps, lo, hi, buckets)
         key = pd.Series(bucket.astype(str)) + bad_kind
         keep = (~key.duplicated(keep="first") | ~key.duplicated(keep="last")).to_numpy()
         bad_steps, bad_values, bad_kind = bad_steps[keep], bad_values[keep], bad_kind[keep]
@@ -205,7 +223,7 @@ WHERE rowid BETWEEN $r0 AND $r1 AND run_id = $run AND metric >= $p_lo AND metric
 _HEATMAP_SQL = """
 WITH raw AS ({rows})
 SELECT metric,
-       least(CAST((step - $lo) * $buckets // ($hi - $lo + 1) AS BIGINT), $buckets - 1) AS bucket,
+       {bucket} AS bucket,
        min(step) AS step,
        -- mean of the finite values; (CASE inside plain aggregates: ~20 % faster than FILTER here)
        sum(CASE WHEN isfinite(value) THEN value END) / count(CASE WHEN isfinite(value) THEN 1 END) AS value,
@@ -253,7 +271,7 @@ def m4_series(store: Store, run: str, metrics: list[str], lo: int | None = None,
             frame = pd.concat(parts, ignore_index=True).sort_values(["metric", "step"], kind="stable")
             return frame.reset_index(drop=True).astype(
                 {"metric": str, "step": "int64", "value": "float64", "attempt": "int64", "latest": bool, "kind": str})
-        sql = _M4_SQL.format(series=series_sql(_scan(len(metrics), True)))
+        sql = _M4_SQL.format(series=series_sql(_scan(len(metrics), True)), bucket=bucket_sql(int(lo), int(hi), buckets))
         frame = con.execute(sql, {"run": run_id, **_metric_params(metrics, ranges), "lo": int(lo), "hi": int(hi),
                                       "buckets": int(buckets), "max_nonfinite": int(max_nonfinite)}).df()
     return frame.astype({"metric": str, "step": "int64", "value": "float64", "attempt": "int64",
@@ -293,5 +311,5 @@ def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_"
         hi = int(last) if hi is None else hi
         rows = _HEATMAP_SCAN if attempts <= 1 and per_rank == 0 else \
             f"SELECT metric, step, value FROM ({series_sql(_HEATMAP_SCAN)}) WHERE latest"
-        sql = _HEATMAP_SQL.format(rows=rows)
+        sql = _HEATMAP_SQL.format(rows=rows, bucket=bucket_sql(int(lo), int(hi), int(buckets)))
         return con.execute(sql, {**params, "lo": int(lo), "hi": int(hi), "buckets": int(buckets)}).df()

@@ -17,6 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from moeproxy.errors import InputError, MoeproxyError
+from moeproxy.terminal import shown
+
+_MAX_PROXY_REPORT_BYTES = 64 * 2**20  # a real one is kilobytes; /dev/zero is endless
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
@@ -84,9 +87,10 @@ def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
     for source in info.get("sources", []):
         folder = Path(str(source.get("path") or "")).parent
         for candidate in (folder / "proxy_report.json", folder / "proxy" / "proxy_report.json"):
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, json.JSONDecodeError):
+            try:  # a FIFO or device there is skipped, never waited on
+                if candidate.exists():
+                    return read_proxy_report(candidate)
+            except (InputError, OSError):
                 continue
     return None
 
@@ -152,15 +156,22 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
 def write_report(store, run: str, target: str | Path, proxy: str | None = None,
                  proxy_report: str | Path | dict | None = None) -> Path:
     """Render and write the report; ``proxy_report`` may be a path to proxy_report.json."""
+    from moeproxy.outputs import check_target, write_text
+
     target = Path(target)
+    check_target(target, "report")  # before rendering: a directory, device or FIFO fails at once
     if target.suffix.lower() not in (".html", ".htm"):
-        raise InputError(f"{target}: the report is an .html file")
+        raise InputError(f"{shown(target)}: the report is an .html file")
     if isinstance(proxy_report, (str, Path)):
-        try:
-            proxy_report = json.loads(Path(proxy_report).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"{proxy_report}: not a readable proxy_report.json ({exc})") from None
+        proxy_report = read_proxy_report(proxy_report)
     document = render_report(store, run, proxy, proxy_report)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(document, encoding="utf-8")
+    write_text(target, document, "report")  # a temporary file beside it, renamed into place
     return target
+
+
+def read_proxy_report(path: str | Path) -> dict:
+    """A proxy_report.json the user names: a regular file (a FIFO or a device such as /dev/zero is
+    refused without blocking on it or reading it without end) holding a JSON object."""
+    from moeproxy.proxy.checkpoint import read_json_file
+
+    return read_json_file(Path(path), "proxy_report.json", limit=_MAX_PROXY_REPORT_BYTES)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from moeproxy.commands.common import add_db_option, open_store
 
 HELP = "export a run's values (every attempt and rank, with original names) to .csv or .parquet"
@@ -17,6 +19,25 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    rows = open_store(args).export(args.run, args.to, series=args.series)
-    print(f"wrote {rows} rows of run {args.run!r} to {args.to}")
+    import duckdb
+
+    from moeproxy.errors import InputError, MoeproxyError
+    from moeproxy.outputs import atomic_path, check_target
+    from moeproxy.terminal import shown
+
+    check_target(args.to, "export")  # a directory, device, FIFO or unwritable folder: before any read
+    if Path(args.to).suffix.lower() not in (".csv", ".parquet"):  # checked at the edge, again by Store.export
+        raise InputError(f"{shown(args.to)}: export writes .csv or .parquet files")
+    store = open_store(args)
+    with atomic_path(args.to, "export") as temp:  # DuckDB writes the temporary file; renamed when whole
+        try:
+            rows = store.export(args.run, temp, series=args.series)
+        except (MoeproxyError, duckdb.Error) as exc:
+            if temp.name not in str(exc):
+                raise
+            # DuckDB failed writing the output (a full disk), not reading the store: name the output
+            reason = "No space left on device" if "space left" in str(exc).lower() else \
+                " ".join(str(exc).replace(str(temp), "it").split())[:300]
+            raise InputError(f"export {shown(args.to)}: {reason}; nothing was written") from None
+    print(f"wrote {rows} rows of run {shown(args.run)!r} to {shown(args.to)}")
     return 0

@@ -18,7 +18,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from moeproxy.report import write_report
+    from moeproxy.terminal import shown
 
+    # checked before rendering and written atomically (moeproxy.outputs): a directory, device, FIFO or
+    # full disk is one line, and the file there before is left as it was
     target = write_report(open_store(args), args.run, args.output, proxy=args.proxy, proxy_report=args.proxy_report)
-    print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB)")
+    print(f"wrote {shown(target)} ({target.stat().st_size / 1e6:.1f} MB)")
     return 0

@@ -81,10 +81,12 @@ def run(args: argparse.Namespace) -> int:
         pretrain(PretrainConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr), args.out)
         return 0
     if args.repro_command == "grpo":
+        from moeproxy.outputs import check_target
         from moeproxy.repro.grpo import run_grpo
         from moeproxy.repro.scenarios import get_scenario
         from moeproxy.repro.tiny_moe import load_tiny_moe
 
+        check_target(args.log, "log")  # a directory, device or FIFO fails before training, not after
         scenario = get_scenario(args.scenario)
         model, tokenizer = load_tiny_moe(args.model)
         summary = run_grpo(model, tokenizer, scenario.config(args.steps, args.seed), args.log)

@@ -16,8 +16,11 @@
    top-k) fields changed; other files (tokenizer, generation config, code) are copied -> ``Written``;
 4. ``make_report``: the typed ``proxy_report.ProxyReport`` (what was kept and why, sizes, plan, notes);
 5. ``verify_built``: the proxy in the partial folder against the masked full model
-   (``verify.verify_proxy``); then ``proxy_report.json`` is written there and the folder renamed to
-   OUT last: an interrupted or killed build leaves no OUT. Partial folders of dead processes (a build
+   (``verify.verify_proxy``); a checkpoint that does not load as its config.json describes (hidden or
+   expert intermediate size disagreeing with the tensors) fails the build here; then
+   ``proxy_report.json`` is written there (atomically, ``moeproxy.outputs``) and the folder renamed to
+   OUT last: a failed, interrupted or killed build leaves no OUT, and the parent folders it created
+   are removed again (never one that existed before). Partial folders of dead processes (a build
    killed with SIGKILL) are removed when a build of the same OUT starts.
 Progress goes to an optional callback ``progress(stage, done, total, message)``.
 """
@@ -37,6 +40,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from moeproxy.devices import DeviceChoice
 from moeproxy.errors import InputError
+from moeproxy.outputs import make_parents, remove_created_folders
 from moeproxy.proxy.arch import FamilyAdapter, adapter_for
 from moeproxy.proxy.checkpoint import (INDEX_NAME, SINGLE_NAME, Checkpoint, OutputTensor, open_checkpoint, slice_ranges,
                                        write_shard)
@@ -366,13 +370,15 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
     tmp = _partial_dir(out, os.getpid())
     if tmp.exists():
         shutil.rmtree(tmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir()
+    created: list[Path] = []  # OUT's parent folders this build made: removed again if it fails
     try:
+        make_parents(out.parent, created)
+        tmp.mkdir()
         written = write_shards(resolved, chosen, tmp, report_progress)
         report = make_report(resolved, chosen, written, spec)
         t_verify = time.time()
         report.verify = verify_built(resolved, chosen, tmp, spec, report_progress)
+        _fail_if_unloadable(resolved, report.verify)
         if spec.verify:
             report.seconds["verify"] = round(time.time() - t_verify, 3)
         report.seconds["total"] = round(time.time() - started, 3)
@@ -384,8 +390,20 @@ def build_proxy(spec: BuildSpec, progress: ProgressFn | None = None) -> dict:
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_created_folders(created)  # never a folder that existed before the build
         raise
     return report.model_dump(mode="json")
+
+
+def _fail_if_unloadable(r: Resolved, verify: dict) -> None:
+    """A proxy whose source or own checkpoint does not load as its config describes (config.json
+    disagreeing with the tensors: hidden size, expert intermediate size) is no proxy: the build fails
+    with one line and leaves no OUT. A proxy that loads but differs numerically is still written,
+    with the failed verification in its report (exit status 1)."""
+    if verify.get("loads") is False or verify.get("instantiates") is False:
+        reason = " ".join(str(verify.get("error") or "it could not be loaded").split())
+        raise InputError(f"{r.src}: the checkpoint does not load as its config.json describes, so no proxy "
+                         f"was written: {reason[:400]}")
 
 
 def _plan_or_none(plan_proxy, config: dict, kept: int, spec: BuildSpec) -> dict | None:

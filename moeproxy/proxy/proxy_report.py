@@ -53,14 +53,21 @@ class ProxyReport(BaseModel):
 
     @classmethod
     def read(cls, path: str | Path) -> "ProxyReport":
-        """The report in ``path`` (a proxy directory or the JSON file itself)."""
+        """The report in ``path`` (a proxy directory or the JSON file itself); a FIFO or device there is
+        an ``InputError``, never waited on or read without end."""
+        from moeproxy.proxy.checkpoint import read_json_file
+
         path = Path(path)
-        return cls.model_validate(json.loads((path / REPORT_NAME if path.is_dir() else path).read_text()))
+        return cls.model_validate(read_json_file(path / REPORT_NAME if path.is_dir() else path, REPORT_NAME,
+                                                 limit=64 << 20))
 
     def write(self, folder: Path) -> Path:
-        target = Path(folder) / REPORT_NAME
-        target.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
-        return target
+        """``folder/proxy_report.json``, written atomically (``moeproxy.outputs``: a temporary file
+        beside it renamed into place, refused with one line if that path is a directory, FIFO or device)."""
+        from moeproxy.outputs import write_text
+
+        return write_text(Path(folder) / REPORT_NAME, json.dumps(self.model_dump(mode="json"), indent=2) + "\n",
+                          "proxy report")
 
     @property
     def verify_passed(self) -> bool | None:
