@@ -4,7 +4,14 @@
 contract of shared/DESIGN.md: ``{"run", "verdict", "onset_step", "severity", "confidence",
 "evidence", "last_step", "detected_at"}``. An ``AlertSink`` delivers one: a JSON line appended to
 the alerts file (flushed and fsynced), a human line on stdout, and a POST of the same JSON to the
-webhook from a background thread (a timeout and retries with back-off; ingest never waits for it).
+webhook from a background thread (``webhook.WebhookSender``; ingest never waits for it).
+
+An alert is one (run, verdict, onset step): the alerts file gets each at most once, across
+restarts too (the file's alerts are read when it is first used). Before each append the file's end
+is repaired: a last line cut short (a kill or a full disk mid-write) is completed when it is a whole
+alert that lost only its newline, else dropped (the alert it held is written again whole). A write
+that fails (a full disk) is one line on stderr, the partial line is cut off at once, and the alert
+is kept and tried again at each cycle; the watcher goes on.
 
 Lifecycle: the watcher records an alert in the store first, then emits it. A watcher killed in
 between finds, when started again, a stored alert missing from the alerts file: ``missing()`` names
@@ -17,15 +24,18 @@ from __future__ import annotations
 
 import json
 import os
-import queue
+import stat
 import sys
-import threading
-import urllib.error
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
+from moeproxy.terminal import shown
+from moeproxy.watch.webhook import WebhookSender, redact_url
+
 ALERT_KEYS = ("run", "verdict", "onset_step", "severity", "confidence", "evidence", "last_step", "detected_at")
+REPAIR_WINDOW = 1 << 20  # bytes before the end searched for the last newline when the last line is cut
+
+__all__ = ["ALERT_KEYS", "AlertSink", "WebhookSender", "alert_key", "alert_line", "make_alert", "redact_url"]
 
 
 def make_alert(run: str, result: dict, last_step: int | None) -> dict:
@@ -43,14 +53,15 @@ def make_alert(run: str, result: dict, last_step: int | None) -> dict:
 
 
 def alert_key(alert: dict) -> tuple:
-    return alert["run"], alert["verdict"], alert["onset_step"], alert["detected_at"]
+    """What makes two alerts the same alert: the run, the verdict and the onset step."""
+    return str(alert["run"]), str(alert["verdict"]), alert["onset_step"]
 
 
 def alert_line(alert: dict) -> str:
     """One line for people (the run name is printed as given, inside quotes)."""
     onset = "" if alert["onset_step"] is None else f" from step {alert['onset_step']}"
-    return (f"ALERT run {alert['run']!r}: {alert['verdict']}{onset} ({alert['severity']}, "
-            f"{alert['confidence']} confidence; last step {alert['last_step']}): {alert['evidence']}")
+    return shown(f"ALERT run {alert['run']!r}: {alert['verdict']}{onset} ({alert['severity']}, "
+                 f"{alert['confidence']} confidence; last step {alert['last_step']}): {alert['evidence']}")
 
 
 class AlertSink:
@@ -60,70 +71,143 @@ class AlertSink:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.webhook = WebhookSender(webhook, timeout, retries, self.err) if webhook else None
+        self.written: set | None = None  # keys of the alerts in the file (read at first use)
+        self.unwritten: list[dict] = []  # alerts whose append failed: tried again at each cycle
+        self._failing = False
 
+    # -- the alerts file ---------------------------------------------------------------------
+    def _say(self, message: str) -> None:
+        print(f"moeproxy watch: alerts file {shown(self.path)}: {message}", file=self.err, flush=True)
+
+    def _known(self) -> set:
+        """The keys of the alerts the file holds (its last line repaired first)."""
+        if self.written is None:
+            self.written = set()
+            try:
+                fd = self._open()
+            except OSError as exc:
+                self._say(f"cannot be read ({exc.strerror or exc}); alerts are written when it can")
+                return self.written
+            try:
+                self._repair(fd)
+                with open(fd, "rb", closefd=False) as fh:
+                    fh.seek(0)
+                    for line in fh:
+                        try:
+                            self.written.add(alert_key(json.loads(line)))
+                        except (ValueError, KeyError, TypeError):
+                            continue
+            except OSError as exc:
+                self._say(f"cannot be read ({exc.strerror or exc})")
+            finally:
+                os.close(fd)
+        return self.written
+
+    def _open(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(0, "not a regular file any more")
+        return fd
+
+    def _repair(self, fd: int) -> None:
+        """A cut last line completed (a whole alert without its newline) or dropped."""
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return
+        start = max(0, size - REPAIR_WINDOW)
+        tail = os.pread(fd, size - start, start)
+        cut_at = start + tail.rfind(b"\n") + 1 if b"\n" in tail else start
+        last = tail[cut_at - start:]
+        try:
+            record = json.loads(last)
+            whole = isinstance(record, dict) and set(ALERT_KEYS) <= set(record)
+        except ValueError:
+            whole = False
+        if whole:
+            self._write_all(fd, b"\n")
+            self._say("its last line had lost its newline; completed")
+        else:
+            os.ftruncate(fd, cut_at)
+            self._say(f"its last line was cut short ({len(last):,} bytes); dropped before appending")
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    def _append(self, alert: dict) -> None:
+        """One alert's line appended, flushed and fsynced; OSError when it could not be (nothing
+        of it is left in the file then)."""
+        fd = self._open()
+        try:
+            self._repair(fd)
+            before = os.fstat(fd).st_size
+            try:
+                self._write_all(fd, (json.dumps(alert, allow_nan=False, default=str) + "\n").encode())
+                os.fsync(fd)
+            except OSError:
+                try:
+                    os.ftruncate(fd, before)
+                except OSError:
+                    pass  # the next append repairs the cut line
+                raise
+        finally:
+            os.close(fd)
+
+    def _write(self, alert: dict) -> bool:
+        key = alert_key(alert)
+        if key in self._known():
+            return True
+        try:
+            self._append(alert)
+        except OSError as exc:
+            if alert not in self.unwritten:
+                self.unwritten.append(alert)
+            if not self._failing:
+                self._say(f"cannot append ({exc.strerror or exc}); the alert for run {alert['run']!r} is in the "
+                          "store and written when the file can be appended to again")
+            self._failing = True
+            return False
+        self.written.add(key)
+        return True
+
+    def retry(self) -> None:
+        """Write the alerts whose append failed before (at each cycle)."""
+        if not self.unwritten:
+            return
+        pending, self.unwritten = self.unwritten, []
+        done = 0
+        for alert in pending:
+            if not self._write(alert):
+                self.unwritten += [a for a in pending if a not in self.unwritten]
+                return
+            done += 1
+        self._failing = False
+        self._say(f"appended again; {done} alert{'s' if done != 1 else ''} written that could not be before")
+
+    # -- delivery ----------------------------------------------------------------------------
     def emit(self, alert: dict) -> None:
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(alert, allow_nan=False, default=str) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+            if self.unwritten:
+                self.retry()
+            if self.unwritten:
+                if alert not in self.unwritten:
+                    self.unwritten.append(alert)
+            else:
+                self._write(alert)
         print(alert_line(alert), file=self.out, flush=True)
         if self.webhook is not None:
             self.webhook.send(alert)
 
     def missing(self, stored: list[dict]) -> list[dict]:
         """The stored alerts that the alerts file does not hold (the watcher was killed between
-        recording one and writing it); all of them when there is no file to check."""
+        recording one and writing it); none when there is no file to check."""
         if self.path is None:
             return []
-        written = set()
-        if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    written.add(alert_key(json.loads(line)))
-                except (ValueError, KeyError, TypeError):
-                    continue
-        return [a for a in stored if alert_key(a) not in written]
+        known = self._known()
+        return [a for a in stored if alert_key(a) not in known]
 
     def close(self, wait: float = 10.0) -> None:
         if self.webhook is not None:
             self.webhook.close(wait)
-
-
-class WebhookSender:
-    """POSTs alerts, in order, from one daemon thread: ``timeout`` seconds per try, ``retries``
-    more tries after a failure (1 s, 2 s, 4 s ... apart, given up when the watcher stops); a
-    failure is one line on stderr."""
-
-    def __init__(self, url: str, timeout: float, retries: int, err) -> None:
-        self.url, self.timeout, self.retries, self.err = url, timeout, retries, err
-        self.queue: queue.Queue = queue.Queue()
-        self.closing = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="moeproxy-webhook", daemon=True)
-        self.thread.start()
-
-    def send(self, alert: dict) -> None:
-        self.queue.put(alert)
-
-    def close(self, wait: float) -> None:
-        """Stop after the queued alerts went out, waiting at most ``wait`` seconds; an alert
-        waiting to be tried again is given up (and named) rather than waited for."""
-        self.closing.set()
-        self.queue.put(None)
-        self.thread.join(wait)
-
-    def _run(self) -> None:
-        while (alert := self.queue.get()) is not None:
-            body = json.dumps(alert, allow_nan=False, default=str).encode()
-            for attempt in range(self.retries + 1):
-                try:
-                    request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
-                    with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                        response.read()
-                    break
-                except (urllib.error.URLError, OSError, ValueError) as exc:
-                    if attempt == self.retries or self.closing.wait(2 ** attempt):
-                        print(f"moeproxy watch: webhook {self.url}: alert for run {alert['run']!r} not delivered "
-                              f"after {attempt + 1} tr{'y' if attempt == 0 else 'ies'} ({exc})", file=self.err, flush=True)
-                        break

@@ -12,7 +12,15 @@ put back before each chunk); record-index steps run on from where the last chunk
 once the store transaction holding the chunk's rows and that position has committed, so until then
 the same bytes are read again. A file that shrank, or whose bytes just before the position changed,
 was rewritten from the start: it is read again from 0 as a new source (its steps become a new
-attempt of the run).
+attempt of the run where they repeat steps already stored). A log cut by copy-and-truncate that a
+writer without ``O_APPEND`` goes on writing at its old offset starts with a hole of NUL bytes: the
+hole is skipped, not read as a malformed line; the state the file had before the cut is kept
+(``before_rewrite``) so that the copy can take it over (the watcher decides which copy).
+
+Descriptors: a file holds one only while it is among the ``OpenFiles.limit`` most recently read;
+the others are opened by path when read (their device and inode checked: a different file at that
+path is not this one) and closed again, so a watcher follows any number of files with a bounded
+number of descriptors.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import os
 import re
 import stat
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -42,6 +51,38 @@ _LINE = re.compile(r"\bline (\d+)\b")
 
 class FollowError(InputError):
     """This file cannot be followed further (the message names it); others go on."""
+
+
+class FileGone(FollowError):
+    """The file is no longer at its path (deleted, or rotated away while it held no descriptor)."""
+
+
+class OpenFiles:
+    """At most ``limit`` followed files hold a descriptor; the least recently read one is closed
+    first. ``shrink`` halves the limit when the process ran out of descriptors anyway."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, int(limit))
+        self.lru: OrderedDict[int, "FollowedFile"] = OrderedDict()
+
+    def used(self, f: "FollowedFile") -> None:
+        self.lru[id(f)] = f
+        self.lru.move_to_end(id(f))
+        while len(self.lru) > self.limit:
+            _, old = self.lru.popitem(last=False)
+            old.close()
+
+    def forget(self, f: "FollowedFile") -> None:
+        self.lru.pop(id(f), None)
+
+    def shrink(self) -> bool:
+        if self.limit <= 1 or not self.lru:
+            return False
+        self.limit = max(1, self.limit // 2)
+        while len(self.lru) > self.limit:
+            _, old = self.lru.popitem(last=False)
+            old.close()
+        return True
 
 
 @dataclass
@@ -83,20 +124,81 @@ class FollowedFile:
     failed: str | None = None  # why the file is no longer followed
     unrecognised_at: int = -1  # the size at which detection last failed
     fresh_start: bool = False  # read again from 0 after a rewrite: the caller says so
+    pool: OpenFiles | None = None
+    before_rewrite: dict | None = None  # the state before the last rewrite (a copy may take it over)
+    copy_of: "FollowedFile | None" = None  # a copy of this file's bytes: not read while that holds
+    seen: tuple | None = None  # (size, mtime, ctime) at the last scan
+    looked: tuple | None = None  # ... when the last read found nothing new
+    header_at: int = 0  # where the header lines start (after a hole of NUL bytes, not at 0)
 
     @classmethod
-    def open(cls, path: Path, run: str, scratch: Path) -> "FollowedFile":
+    def open(cls, path: Path, run: str, scratch: Path, pool: OpenFiles | None = None) -> "FollowedFile":
         fd = open_regular(path)
         st = os.fstat(fd)
-        return cls(path, run, scratch, fd, (st.st_dev, st.st_ino))
+        f = cls(path, run, scratch, fd, (st.st_dev, st.st_ino), pool=pool)
+        if pool is not None:
+            pool.used(f)
+        return f
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
+    def let_go(self) -> None:
+        self.close()
+        if self.pool is not None:
+            self.pool.forget(self)
+
+    def descriptor(self) -> int:
+        """The file's descriptor, opened again by path when it held none (FileGone when the path
+        now names another file or none)."""
+        if self.fd < 0:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except (FileNotFoundError, NotADirectoryError):
+                raise FileGone(f"{self.path}: gone") from None
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self.identity:
+                os.close(fd)
+                raise FileGone(f"{self.path}: now another file")
+            self.fd = fd
+        if self.pool is not None:
+            self.pool.used(self)
+        return self.fd
+
     def size(self) -> int:
-        return os.fstat(self.fd).st_size
+        return os.fstat(self.descriptor()).st_size
+
+    def snapshot(self) -> dict:
+        """The state reached (what a copy of the file's bytes up to ``position`` continues from)."""
+        return {"position": self.position, "lines": self.lines, "hasher": self.hasher.copy(),
+                "format": self.format, "header": self.header, "index_base": self.index_base,
+                "source_id": self.source_id, "totals": dict(self.totals), "header_at": self.header_at}
+
+    def prefix_sha(self, length: int) -> str | None:
+        """sha256 of the first ``length`` bytes; None when the file holds fewer."""
+        h = hashlib.sha256()
+        at = 0
+        while at < length:
+            data = os.pread(self.descriptor(), min(1 << 20, length - at), at)
+            if not data:
+                return None
+            h.update(data)
+            at += len(data)
+        return h.hexdigest()
+
+    def adopt(self, state: dict) -> bool:
+        """Go on from another file's state when this file starts with exactly the bytes that file
+        had read (a copy of it): True, and the next read starts at that position."""
+        position = state["position"]
+        if position <= 0 or self.size() < position or self.prefix_sha(position) != state["hasher"].hexdigest():
+            return False
+        self.position, self.lines, self.hasher = position, state["lines"], state["hasher"].copy()
+        self.format, self.header, self.index_base = state["format"], state["header"], state["index_base"]
+        self.source_id, self.totals, self.header_at = state["source_id"], dict(state["totals"]), state["header_at"]
+        self.tail = os.pread(self.descriptor(), min(TAIL_CHECK, position), position - min(TAIL_CHECK, position))
+        return True
 
     @property
     def binary(self) -> bool:
@@ -112,7 +214,7 @@ class FollowedFile:
         h = hashlib.sha256()
         at = 0
         while at < position:
-            data = os.pread(self.fd, min(1 << 20, position - at), at)
+            data = os.pread(self.descriptor(), min(1 << 20, position - at), at)
             if not data:
                 return False
             h.update(data)
@@ -123,32 +225,35 @@ class FollowedFile:
         self.format, self.header = saved["format"], bytes(saved["header"] or b"")
         self.index_base, self.source_id = int(saved["index_base"]), int(saved["source_id"])
         self.totals = {k: saved[k] for k in ("rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines")}
-        self.tail = os.pread(self.fd, min(TAIL_CHECK, position), position - min(TAIL_CHECK, position))
+        self.tail = os.pread(self.descriptor(), min(TAIL_CHECK, position), position - min(TAIL_CHECK, position))
         return True
 
     # -- reading ---------------------------------------------------------------------------------
     def rewritten(self, size: int) -> bool:
         if size < self.position:
             return True
-        return bool(self.tail) and os.pread(self.fd, len(self.tail), self.position - len(self.tail)) != self.tail
+        return bool(self.tail) and os.pread(self.descriptor(), len(self.tail), self.position - len(self.tail)) != self.tail
 
     def restart_from_zero(self) -> None:
         self.position = self.lines = self.index_base = 0
         self.format, self.header, self.source_id, self.totals = None, b"", None, {}
         self.hasher, self.tail, self.unrecognised_at = hashlib.sha256(), b"", -1
-        self.fresh_start = True
+        self.fresh_start, self.header_at = True, 0
 
     def pending(self, max_bytes: int = 16 << 20) -> Chunk | None:
         """The new complete bytes, parsed; None when there are none (or the format is not yet
         recognisable). Raises FollowError when the file cannot be followed."""
         size = self.size()
         if self.rewritten(size):
+            self.before_rewrite = self.snapshot()
             self.restart_from_zero()
+        if (self.fresh_start or (self.format is not None and not self.binary)) and size > self.position:
+            self._skip_hole(size)
         if size <= self.position or (self.format is None and size == self.unrecognised_at):
             return None
         if self.format is None:  # the first look: enough to tell the format (a 10 GB checkpoint is not read)
             max_bytes = min(max_bytes, 4 * HEAD_BYTES)
-        data = os.pread(self.fd, min(size - self.position, max_bytes), self.position)
+        data = os.pread(self.descriptor(), min(size - self.position, max_bytes), self.position)
         if self.format is None:
             self._detect(data, size)
             if self.format is None:
@@ -159,6 +264,24 @@ class FollowedFile:
         chunk = self._parse(data)
         chunk.more = size - self.position > max_bytes
         return chunk
+
+    def _skip_hole(self, size: int) -> None:
+        """Step over NUL bytes at the position: the hole a writer without O_APPEND leaves when it
+        goes on at its old offset after its file was truncated (never text a log line starts with).
+        The bytes count in the position and sha256 as any others."""
+        at = self.position
+        while at < size:
+            data = os.pread(self.descriptor(), min(1 << 20, size - at), at)
+            if not data:
+                break
+            kept = data.lstrip(b"\0")
+            skipped = len(data) - len(kept)
+            self.hasher.update(data[:skipped])
+            self.tail = (self.tail + data[:skipped])[-TAIL_CHECK:]
+            at += skipped
+            if kept:
+                break
+        self.position = at
 
     def _detect(self, data: bytes, size: int) -> None:
         """The format of the file's first bytes (complete lines only): waits while too few lines
@@ -178,6 +301,7 @@ class FollowedFile:
             self.unrecognised_at = size
             return
         self.format = fmt
+        self.header_at = self.position
         if fmt in HEADER_LINES:
             self.header = b"".join(data.splitlines(keepends=True)[: HEADER_LINES[fmt]])
 
@@ -197,7 +321,7 @@ class FollowedFile:
         return complete
 
     def _parse(self, data: bytes) -> Chunk:
-        skip_header = self.position == 0 and bool(self.header)
+        skip_header = self.position == self.header_at and bool(self.header)
         body = data[len(self.header):] if skip_header else data
         dropped: list[str] = []
         # a line of the scratch copy is this many lines later in the file (the header line put

@@ -30,7 +30,9 @@ step), else at most every ``diagnose_every`` seconds (slow trends); and once at 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -44,8 +46,12 @@ from moeproxy.columns import Columns
 from moeproxy.contracts import ROLES
 from moeproxy.errors import InputError, StoreBusy
 from moeproxy.ingest import default_run_name, rows_to_store
+from moeproxy.terminal import shown
 from moeproxy.watch.alerts import AlertSink, make_alert
-from moeproxy.watch.follow import Chunk, FollowedFile, FollowError
+from moeproxy.watch.claims import Claims
+from moeproxy.watch.follow import Chunk, FileGone, FollowedFile, FollowError, OpenFiles
+from moeproxy.watch.outputs import OwnFiles, check_alerts_path
+from moeproxy.watch.webhook import redact_url
 
 
 @dataclass
@@ -61,6 +67,7 @@ class WatchConfig:
     interval: float = 1.0
     diagnose_every: float = 10.0
     max_chunk_bytes: int = 16 << 20
+    max_open_files: int = 64  # followed files holding a descriptor at once (a quarter of RLIMIT_NOFILE at most)
 
     def __post_init__(self) -> None:
         if not self.paths:
@@ -72,7 +79,9 @@ class WatchConfig:
         if not 0 <= self.diagnose_every <= 86400:
             raise InputError(f"diagnose_every must be between 0 and 86400 seconds, not {self.diagnose_every:g}")
         if self.webhook is not None and not self.webhook.startswith(("http://", "https://")):
-            raise InputError(f"--webhook {self.webhook!r}: an http:// or https:// URL")
+            raise InputError(f"--webhook {redact_url(self.webhook)}: an http:// or https:// URL")
+        if self.max_open_files < 1:
+            raise InputError(f"max_open_files must be at least 1, not {self.max_open_files}")
         if self.proxy_of is not None and self.proxy_of == self.run:
             raise InputError(f"run {self.run!r} cannot be a proxy of itself")
 
@@ -103,21 +112,49 @@ class Watcher:
     def __init__(self, config: WatchConfig, store, out=None, err=None) -> None:
         self.config, self.store = config, store
         self.out, self.err = out or sys.stdout, err or sys.stderr
-        self.sink = AlertSink(config.alerts, config.webhook, self.out, self.err)
+        alerts = check_alerts_path(config.alerts, config.paths) if config.alerts else None
+        self.sink = AlertSink(alerts, config.webhook, self.out, self.err)
         self.files: dict[tuple[int, int], FollowedFile] = {}
         self.runs: dict[str, RunState] = {}
         self.saved: dict[int, dict] = {}  # source_id -> stored position (to resume a file seen again)
         self.scratch = _scratch_folder()
+        self.own = OwnFiles(alerts, store.path.absolute() if store.path is not None else None, self.scratch)
+        self.pool = OpenFiles(_descriptor_budget(config.max_open_files))
+        self.claims: Claims | None = None
+        self.elsewhere: dict[tuple[int, int], int] = {}  # logs another watcher follows -> its PID
         self._said: set[str] = set()
+        self._refused_paths: dict[str, tuple[int, int]] = {}
+        self._paths: dict[str, FollowedFile] = {}
         self.roled: set[str] = set()  # runs whose role/proxy this session set already
         self.held: list[float] = []  # per cycle: seconds the database file was kept open
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        if self.config.proxy_of is not None and not self.store.has_run(self.config.proxy_of):
-            raise InputError(f"--proxy-of {self.config.proxy_of!r}: no such run; ingest the full run first")
-        self.saved = {int(p["source_id"]): p for p in self.store.watch_positions()}
+        """Check the options against the store, claim the logs (refused, InputError, when another
+        watcher follows one of them into this store) and take up the stored positions."""
+        try:
+            if self.config.proxy_of is not None and not self.store.has_run(self.config.proxy_of):
+                raise InputError(f"--proxy-of {self.config.proxy_of!r}: no such run; ingest the full run first")
+            if self.store.path is not None:
+                try:
+                    self.store.path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise InputError(f"{self.store.path}: cannot create the run database's folder "
+                                     f"({exc.strerror or exc})") from None
+            self.claims = Claims(self.store.path)
+            self.saved = {int(p["source_id"]): p for p in self.store.watch_positions()}
+            self._scan()
+            if self.elsewhere:
+                (key, pid), = list(self.elsewhere.items())[:1]
+                path = next((p for p, k in self._refused_paths.items() if k == key), "a log")
+                more = f" (and {len(self.elsewhere) - 1} more of its logs)" if len(self.elsewhere) > 1 else ""
+                raise InputError(f"{shown(path)}{more} is already followed into {shown(self.store.label)} by another "
+                                 f"moeproxy watch (PID {pid or 'unknown'}); two would store every row twice: stop "
+                                 "that one first, or use another --db")
+        except BaseException:
+            self.close()
+            raise
         self._started = True
 
     def run(self, stop: threading.Event | None = None, once: bool = False) -> None:
@@ -139,7 +176,10 @@ class Watcher:
 
     def close(self) -> None:
         for f in self.files.values():
-            f.close()
+            f.let_go()
+        self.files.clear()
+        if self.claims is not None:
+            self.claims.close()
         self.sink.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -153,6 +193,7 @@ class Watcher:
     # -- one cycle -------------------------------------------------------------------------------
     def cycle(self) -> CycleReport:
         report = CycleReport()
+        self.sink.retry()  # alerts a full disk kept out of the alerts file
         self._scan()
         chunks = self._read()  # files are read and parsed before the store is opened
         try:
@@ -169,66 +210,213 @@ class Watcher:
         return report
 
     def _scan(self) -> None:
-        """Follow every regular file under the watched paths; let go of those gone and read to the end."""
+        """Follow every regular file under the watched paths that this watcher does not write
+        itself and no other watcher follows into this store; let go of those gone and read to the
+        end. A file is only looked at (``stat``) here: it is opened when read."""
         seen: set[tuple[int, int]] = set()
+        fresh: list[tuple[Path, str, os.stat_result]] = []
         for given in self.config.paths:
             p = Path(given).absolute()
-            if p.is_dir():
-                found = sorted(f for f in p.rglob("*") if not any(part.startswith(".") for part in f.relative_to(p).parts))
-            else:
-                found = [p]
+            try:
+                if p.is_dir():
+                    found = sorted(f for f in p.rglob("*")
+                                   if not any(part.startswith(".") for part in f.relative_to(p).parts))
+                else:
+                    found = [p]
+            except OSError as exc:  # a folder that cannot be listed (now)
+                self.say(f"moeproxy watch: {shown(p)}: cannot be listed ({exc.strerror or exc}); trying again",
+                         once_key=f"list:{p}", err=True)
+                continue
             for path in found:
                 try:
                     st = path.stat()
                 except OSError:
                     continue
-                if not path.is_file():
+                if not stat.S_ISREG(st.st_mode):
+                    if path == p and not stat.S_ISDIR(st.st_mode):
+                        self.say(f"moeproxy watch: {shown(path)}: not a regular file; not followed",
+                                 once_key=f"open:{path}", err=True)
                     continue
                 key = (st.st_dev, st.st_ino)
-                seen.add(key)
-                if key in self.files:
-                    self.files[key].path = path  # renamed (rotated): still the same file
+                if self.own.owns(path, key):
                     continue
-                self._follow(path, self.config.run or default_run_name(path, p))
+                seen.add(key)
+                f = self.files.get(key)
+                if f is not None:
+                    f.path = path  # renamed (rotated): still the same file
+                    f.seen = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    continue
+                fresh.append((path, self.config.run or default_run_name(path, p), st))
+        if fresh:
+            self._follow_new(fresh)
         for key, f in list(self.files.items()):
-            if key not in seen and (f.failed or f.size() <= f.position):
-                f.close()
-                del self.files[key]
+            if key in seen:
+                continue
+            try:
+                done = bool(f.failed) or f.size() <= f.position
+            except (OSError, InputError):
+                done = True
+            if done:
+                self._let_go(key)
 
-    def _follow(self, path: Path, run: str) -> None:
+    def _let_go(self, key: tuple[int, int]) -> None:
+        f = self.files.pop(key)
+        f.let_go()
+        for other in self.files.values():
+            if other.copy_of is f:  # the original is gone: its copy goes on from where it was
+                other.copy_of = None
+                try:
+                    if other.adopt(f.before_rewrite or f.snapshot()):
+                        self._adopted(other, f)
+                except (OSError, InputError):
+                    pass
+        if self.claims is not None:
+            self.claims.release(key)
+
+    def _follow_new(self, fresh: list[tuple[Path, str, os.stat_result]]) -> None:
+        """Claim the new files, then follow each (taking up a stored position where one fits)."""
+        claimed = []
+        taken_over = False
+        for path, run, st in fresh:
+            key = (st.st_dev, st.st_ino)
+            holder = self.claims.claim(key) if self.claims is not None else None
+            if holder is not None:
+                if key not in self.elsewhere and self._started:  # at start: refused as a whole
+                    self.say(f"moeproxy watch: {shown(path)}: followed into this store by another moeproxy watch "
+                             f"(PID {holder or 'unknown'}); not followed here while it does", err=True)
+                self.elsewhere[key] = holder
+                self._refused_paths[str(path)] = key
+                continue
+            if self.elsewhere.pop(key, None) is not None:
+                taken_over = True  # the other watcher stopped: its positions are newer than ours
+            claimed.append((path, run, st))
+        if taken_over:
+            try:
+                self.saved = {int(p["source_id"]): p for p in self.store.watch_positions()}
+            except StoreBusy as exc:
+                self.say(f"moeproxy watch: {exc}; trying again", err=True)
+                for path, run, st in claimed:
+                    self.claims.release((st.st_dev, st.st_ino))
+                    self.elsewhere[(st.st_dev, st.st_ino)] = 0
+                return
+        index = _SavedIndex(self.saved, {g.source_id for g in self.files.values()})
+        self._paths = {str(f.path): f for f in self.files.values()}  # for _match_copy, this scan
+        for path, run, st in claimed:
+            self._follow(path, run, st, index)
+
+    def _follow(self, path: Path, run: str, st: os.stat_result, index: "_SavedIndex") -> None:
+        key = (st.st_dev, st.st_ino)
         try:
-            f = FollowedFile.open(path, run, self.scratch)
+            f = FollowedFile.open(path, run, self.scratch, self.pool)
         except InputError as exc:
             self.say(f"moeproxy watch: {exc}", once_key=f"open:{path}", err=True)
+            if self.claims is not None:
+                self.claims.release(key)
             return
-        taken = {g.source_id for g in self.files.values()}
-        candidates = [s for s in self.saved.values() if s["run"] == run and int(s["source_id"]) not in taken
-                      and ((int(s["device"] or 0), int(s["inode"] or 0)) == f.identity or s["path"] == str(path))]
-        candidates.sort(key=lambda s: ((int(s["device"] or 0), int(s["inode"] or 0)) != f.identity, -int(s["source_id"])))
-        for saved in candidates:
+        except OSError as exc:  # out of descriptors: fewer held from now on, tried again next scan
+            self.pool.shrink()
+            self.say(f"moeproxy watch: {shown(path)}: cannot be opened ({exc.strerror or exc}); trying again",
+                     once_key=f"os:{path}", err=True)
+            if self.claims is not None:
+                self.claims.release(key)
+            return
+        f.seen = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        for saved in index.candidates(run, path, f.identity):
             if f.resume(saved):
-                self.say(f"{path}: run {run!r}, taken up at byte {f.position:,} (line {f.lines:,})")
+                self.say(f"{shown(path)}: run {run!r}, taken up at byte {f.position:,} (line {f.lines:,})")
                 self.runs.setdefault(run, RunState())  # diagnosed once: an alert a killed watcher owed
+                index.taken.add(f.source_id)
                 break
+        if f.source_id is None:
+            self._match_copy(f)
         self.files[f.identity] = f
+        self._paths[str(path)] = f
+
+    # -- copies (copy-and-truncate rotation) --------------------------------------------------------
+    def _match_copy(self, c: FollowedFile) -> None:
+        """A new file named like a followed file of its run plus a suffix (``metrics.jsonl.1``,
+        ``metrics.jsonl-20240101``) that starts with the bytes read of it is a copy: it goes on from
+        where that file was before it was truncated, or waits (is not read) while that file still
+        holds the same bytes; a copy that turns out to hold only bytes read already is never read."""
+        folder, name = str(c.path.parent), c.path.name
+        by_path = self._paths
+        for cut in range(len(name) - 1, 0, -1):  # the longest name first: metrics.jsonl before metrics
+            f = by_path.get(os.path.join(folder, name[:cut]))
+            if f is None or f.run != c.run:
+                continue
+            try:
+                if f.before_rewrite is not None and c.adopt(f.before_rewrite):
+                    self._adopted(c, f)
+                    return
+                if f.position > 0 and self._starts_like(c, f):
+                    c.copy_of = f
+                    return
+            except (OSError, InputError):
+                continue
+
+    @staticmethod
+    def _starts_like(c: FollowedFile, f: FollowedFile) -> bool:
+        """Whether ``c`` starts with the bytes ``f`` has read (or, shorter, is ``f``'s first bytes)."""
+        size = c.size()
+        if size >= f.position:
+            return c.prefix_sha(f.position) == f.hasher.hexdigest()
+        return c.prefix_sha(size) == f.prefix_sha(size) and f.rewritten(f.size()) is False
+
+    def _adopted(self, c: FollowedFile, f: FollowedFile) -> None:
+        f.before_rewrite = None
+        c.copy_of = None
+        self.say(f"{shown(c.path)}: a copy of {shown(f.path)} made before it was truncated; read on from byte "
+                 f"{c.position:,} as the same source of run {c.run!r}")
+
+    def _copy_ready(self, c: FollowedFile) -> bool:
+        """Whether a copy waiting on its original may be read now (see ``_match_copy``)."""
+        f = c.copy_of
+        if f.before_rewrite is not None:  # the original was truncated: go on from where it was
+            c.copy_of = None
+            if c.adopt(f.before_rewrite):
+                self._adopted(c, f)
+            return True
+        if f.position >= c.size() and c.prefix_sha(c.size()) == f.prefix_sha(c.size()):
+            c.copy_of = None
+            c.failed = f"a copy of the first {c.size():,} bytes of {f.path}, read from there"
+            self.say(f"{shown(c.path)}: {c.failed}; not read again")
+            return False
+        return False
 
     def _read(self) -> list[Chunk]:
         chunks = []
-        for f in self.files.values():
-            if f.failed:
-                continue
+        for f in list(self.files.values()):
+            if f.failed or (f.seen is not None and f.seen == f.looked):
+                continue  # nothing changed since the last read found nothing new (not even opened)
             try:
+                if f.copy_of is not None and not self._copy_ready(f):
+                    continue
+                before = f.before_rewrite
                 chunk = f.pending(self.config.max_chunk_bytes)
+            except FileGone:
+                self._let_go(f.identity)
+                continue
             except (FollowError, InputError) as exc:
                 f.failed = str(exc)
                 self.say(f"moeproxy watch: {exc}; no longer followed", err=True)
                 continue
             except OSError as exc:
-                self.say(f"moeproxy watch: {f.path}: {exc.strerror}; trying again", once_key=f"os:{f.path}", err=True)
+                self.pool.shrink()
+                self.say(f"moeproxy watch: {shown(f.path)}: {exc.strerror}; trying again", once_key=f"os:{f.path}",
+                         err=True)
                 continue
+            if f.before_rewrite is not before:  # truncated: a copy waiting on it goes on from there
+                for c in self.files.values():
+                    if c.copy_of is f:
+                        try:
+                            self._copy_ready(c)
+                        except (OSError, InputError):
+                            c.copy_of = None
+            f.looked = f.seen if chunk is None else None
             if chunk is not None:
                 if f.fresh_start:
-                    self.say(f"{f.path}: rewritten from the start; read again as a new attempt of run {f.run!r}")
+                    self.say(f"{shown(f.path)}: rewritten from the start; read again from its start (a new attempt of "
+                             f"run {f.run!r} where its steps repeat stored ones)")
                     f.fresh_start = False
                 for warning in chunk.warnings:
                     self.say(f"moeproxy watch: warning: {warning}", err=True)
@@ -410,6 +598,42 @@ class _Batch:
             self.positions.append(position)
         return {"source_id": source_id, "totals": totals, "frame": frame, "position": position | {
             "run": f.run, "sha256": record["sha256"], **totals}}
+
+
+class _SavedIndex:
+    """The stored positions by file identity, by path and by folder, for one scan's new files: a
+    file resumes the source saved for it, for its path, or (a copy made of a followed file) for a
+    file of its folder whose name begins its own."""
+
+    def __init__(self, saved: dict[int, dict], taken: set) -> None:
+        self.taken = set(taken)
+        self.by_id: dict[tuple, list] = {}
+        self.by_folder: dict[str, list] = {}
+        for s in saved.values():
+            self.by_id.setdefault((int(s["device"] or 0), int(s["inode"] or 0)), []).append(s)
+            self.by_folder.setdefault(str(Path(s["path"]).parent), []).append(s)
+
+    def candidates(self, run: str, path: Path, identity: tuple[int, int]) -> list[dict]:
+        found = {int(s["source_id"]): s for s in self.by_id.get(identity, [])}
+        for s in self.by_folder.get(str(path.parent), []):
+            if path.name.startswith(Path(s["path"]).name):
+                found[int(s["source_id"])] = s
+        chosen = [s for i, s in found.items() if s["run"] == run and i not in self.taken]
+        chosen.sort(key=lambda s: ((int(s["device"] or 0), int(s["inode"] or 0)) != identity, s["path"] != str(path),
+                                   -int(s["source_id"])))
+        return chosen
+
+
+def _descriptor_budget(wanted: int) -> int:
+    """How many followed files may hold a descriptor: ``wanted``, at most a quarter of the
+    process's limit (the database, the webhook and Python's own files need the rest)."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft // 4))
 
 
 def _scratch_folder() -> Path:
