@@ -571,6 +571,59 @@ class Transaction:
             "SELECT r.name, s.path FROM sources s JOIN runs r USING (run_id) WHERE s.sha256 = ? LIMIT 1", [sha256]
         ))
 
+    # -- many files in one transaction (``moeproxy.ingest.batch``): a few statements, not a few per file
+    def sources_with_shas(self, shas: list[str]) -> dict[str, tuple[str, str]]:
+        """sha256 -> (run, path) of the first-stored file with that content, for each of ``shas``
+        already stored, in one query."""
+        return {sha: (run, path) for sha, run, path in self.con.execute(
+            "SELECT s.sha256, arg_min(r.name, s.source_id), arg_min(s.path, s.source_id) FROM sources s "
+            "JOIN runs r USING (run_id) WHERE list_contains(?, s.sha256) GROUP BY s.sha256", [list(shas)]).fetchall()}
+
+    def add_runs(self, runs: list[tuple[str, str, str]]) -> dict[str, int]:
+        """New runs (name, framework, format) of role 'other', none of which exists yet (the caller
+        checked with ``run_ids``), in one statement; name -> run id, ids in the order given."""
+        if not runs:
+            return {}
+        ids = self._next_ids("run_id_seq", len(runs))
+        table = pa.table({"run_id": arrow_array(np.asarray(ids, np.int32)), "name": arrow_strings([r[0] for r in runs]),
+                          "framework": arrow_strings([r[1] for r in runs]), "format": arrow_strings([r[2] for r in runs])})
+        self._run_with("new_runs", table, "INSERT INTO runs SELECT run_id, name, 'other', NULL, framework, format, "
+                       "CAST(? AS TIMESTAMPTZ), '{}' FROM new_runs", [_now()])
+        return {r[0]: i for r, i in zip(runs, ids)}
+
+    def add_sources(self, records: list[tuple[int, dict]]) -> list[int]:
+        """Sources (run id, summary as ``add_source`` takes it) in one statement; their ids, in order."""
+        if not records:
+            return []
+        ids = self._next_ids("source_id_seq", len(records))
+        texts = ("path", "sha256", "format", "framework")
+        counts = ("rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines", "bytes")
+        table = pa.table({"source_id": arrow_array(np.asarray(ids, np.int32)),
+                          "run_id": arrow_array(np.asarray([r for r, _ in records], np.int32)),
+                          "step_from_index": arrow_array(np.asarray([bool(s["step_from_index"]) for _, s in records],
+                                                                    np.int8))}
+                         | {c: arrow_strings([str(s[c]) for _, s in records]) for c in texts}
+                         # -1: no figure (a summary without ``bytes``), stored as NULL as add_source stores it
+                         | {c: arrow_array(np.asarray([-1 if s.get(c) is None else s[c] for _, s in records], np.int64))
+                            for c in counts})
+        self._run_with("new_sources", table,
+                       f"INSERT INTO sources (source_id, run_id, {', '.join(texts + counts)}, step_from_index, ingested_at) "
+                       f"SELECT source_id, run_id, {', '.join(texts)}, {', '.join(f'nullif({c}, -1)' for c in counts)}, "
+                       "step_from_index <> 0, CAST(? AS TIMESTAMPTZ) FROM new_sources", [_now()])
+        return ids
+
+    def _next_ids(self, sequence: str, n: int) -> list[int]:
+        """``n`` new ids of a sequence, ascending, in one query."""
+        return sorted(int(r[0]) for r in self.con.execute(f"SELECT nextval('{sequence}') FROM range(?)", [n]).fetchall())
+
+    def add_metric_name_rows(self, rows: list[tuple[int, str, str]]) -> None:
+        """(run id, stored name, original name) rows, in one statement (the caller keeps out those recorded)."""
+        if rows:
+            table = pa.table({"run_id": arrow_array(np.asarray([r[0] for r in rows], np.int32)),
+                              "metric": arrow_strings([r[1] for r in rows]),
+                              "original": arrow_strings([r[2] for r in rows])})
+            self._run_with("new_names", table, "INSERT INTO metric_names SELECT run_id, metric, original FROM new_names")
+
     def ensure_run(self, name: str, role: str, proxy_of: str | None, framework: str, fmt: str,
                    meta: dict | None = None) -> int:
         if role not in ROLES:
@@ -619,11 +672,12 @@ class Transaction:
             out[int(run_id)][original] = metric
         return out
 
-    def attempt_offset(self, run_id: int, rows, extent: tuple | None = None) -> int:
+    def attempt_offset(self, run_id: int, rows, extent: tuple | None = None, repeats=None) -> int:
         """Attempt number for the new source's first attempt: after the run's latest attempt when
         the new rows (Columns or a long DataFrame) repeat any (metric, rank, step) already stored,
         else joining it. ``extent``: the run's (latest attempt, last step) when the caller read it
-        already (``run_extents``)."""
+        already (``run_extents``). ``repeats``: a function of the rows that answers the repeat
+        question instead of the store (an ingest of many files holds what it added in memory)."""
         rows = as_columns(rows)
         latest, last_step = extent if extent is not None else _first(self.con.execute(
             "SELECT max(attempt), max(step) FROM scalars WHERE run_id = ?", [run_id]))
@@ -633,10 +687,14 @@ class Transaction:
             raise InputError(f"run already holds {int(latest) + 1:,} attempts (restarts); more do not fit the store")
         if int(rows.step.min()) > int(last_step):  # only new steps (a log that grew): no repeat
             return int(latest)
-        keys = pa.table({"metric": _metric_array(rows), "rank": arrow_array(rows.rank), "step": arrow_array(rows.step)})
-        overlap = self._run_with("new_keys", keys, "SELECT 1 FROM scalars s JOIN new_keys n USING (metric, rank, step) "
-                                 "WHERE s.run_id = ? LIMIT 1", [run_id])
+        overlap = repeats(rows) if repeats is not None else self.repeats_stored(run_id, rows)
         return int(latest) + 1 if overlap else int(latest)
+
+    def repeats_stored(self, run_id: int, rows: Columns) -> bool:
+        """Whether the rows repeat any (metric, rank, step) the run stores (in any attempt)."""
+        keys = pa.table({"metric": _metric_array(rows), "rank": arrow_array(rows.rank), "step": arrow_array(rows.step)})
+        return bool(self._run_with("new_keys", keys, "SELECT 1 FROM scalars s JOIN new_keys n USING (metric, rank, step) "
+                                   "WHERE s.run_id = ? LIMIT 1", [run_id]))
 
     def _run_with(self, name: str, table: pa.Table, sql: str, params: list | dict | None = None) -> list:
         """The rows of ``sql`` run with the Arrow ``table`` visible as ``name`` (for that statement only)."""

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from moeproxy.terminal import shown
 
+import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from moeproxy.columns import Columns, as_columns
 from moeproxy.errors import InputError
+from moeproxy.ingest.batch import store_parsed
+from moeproxy.ingest.stored_rows import rows_to_store, write_rows  # noqa: F401  (the watcher's too)
 from moeproxy.ingest.detect import open_and_detect
-from moeproxy.ingest.names import resolve_names
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
 from moeproxy.ingest.table import RecordOutOfRange
 
@@ -138,6 +140,10 @@ _GENERIC_NAMES = re.compile(r"^(trainer_state|log|logs|train|training|metrics|ou
 
 
 def default_run_name(path: Path, given: Path) -> str:
+    return stored_text(_default_run_name(path, given))
+
+
+def _default_run_name(path: Path, given: Path) -> str:
     if _is_dir(given):
         return given.resolve().name
     stem = path.name.split(".")[0] if path.name.startswith("events.out") else path.stem
@@ -147,6 +153,16 @@ def default_run_name(path: Path, given: Path) -> str:
             return parent.parent.name
         return parent.name
     return stem
+
+
+def stored_text(name: str) -> str:
+    """A file or run name as the store keeps it: bytes of a name that are not UTF-8 (a file name
+    from another encoding, which Python keeps as surrogates) written as ``\\xff`` escapes."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def arms_of(parsed: ParsedLog, run: str) -> list[tuple[str, "Columns | pd.DataFrame"]]:
@@ -160,7 +176,7 @@ def arms_of(parsed: ParsedLog, run: str) -> list[tuple[str, "Columns | pd.DataFr
 def _summary(parsed: ParsedLog, run: str, rows=None) -> IngestSummary:
     counts = as_columns(parsed.rows if rows is None else rows).counts()
     return IngestSummary(
-        run=run, path=str(parsed.path), format=parsed.format, framework=parsed.framework,
+        run=run, path=stored_text(str(parsed.path)), format=parsed.format, framework=parsed.framework,
         steps=counts["steps"], metrics=counts["metrics"], rows=counts["rows"], nonfinite=counts["nonfinite"],
         attempts=counts["attempts"], skipped_lines=parsed.skipped_lines, step_from_index=parsed.step_from_index,
         bytes=parsed.bytes_parsed, warnings=[f"{parsed.path}: {w}" for w in parsed.warnings],
@@ -179,6 +195,8 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
         raise InputError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
     files = expand_paths(paths)
     parsed_all: list[tuple[ParsedLog, str]] = []
+    dir_runs: dict[Path, str | None] = {}  # a directory named -> its run name (None: a file named)
+    run = None if run is None else stored_text(run)
     skipped: list[SkippedFile] = []
     for path, given in files:
         if progress:
@@ -192,65 +210,15 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
                     progress(skipped[-1].line())
                 continue
             raise
-        parsed_all.append((parsed, run or default_run_name(path, given)))
+        if not run and given not in dir_runs:  # a directory's files share its name: found once
+            dir_runs[given] = default_run_name(path, given) if given != path else None
+        parsed_all.append((parsed, run or dir_runs[given] or default_run_name(path, given)))
     if not parsed_all:
         why = f" ({len(skipped)} files skipped; the first: {skipped[0].reason})" if skipped else ""
         raise InputError(f"{', '.join(str(p) for p in paths)}: no recognised training log found{why}")
 
     if callable(store):  # a factory: the store (duckdb, pandas) is only opened once every file parsed
         store = store()
-    summaries = IngestResult(skipped=skipped)
-    with store.write() as tx:
-        seen_in_batch: dict[str, str] = {}
-        for parsed, base_name in parsed_all:
-            duplicate = tx.source_with_sha(parsed.sha256)
-            if duplicate is None and parsed.sha256 in seen_in_batch:
-                duplicate = (seen_in_batch[parsed.sha256], "")
-            for run_name, arm_frame in arms_of(parsed, base_name):
-                summary = _summary(parsed, run_name, arm_frame)
-                if duplicate is not None:
-                    summary.duplicate, summary.duplicate_of = True, duplicate[0]
-                    summaries.append(summary)
-                    continue
-                seen_in_batch.setdefault(parsed.sha256, run_name)
-                if progress:
-                    progress(f"storing {parsed.path} ({summary.rows} values)")
-                summaries.append(_store_one(tx, parsed, arm_frame, run_name, role, proxy_of, summary))
-    return summaries
-
-
-def _store_one(tx, parsed: ParsedLog, rows, run_name: str, role: str, proxy_of: str | None,
-               summary: IngestSummary) -> IngestSummary:
-    """Write one run's rows (names mapped, units applied, series derived, attempts offset)."""
-    run_id = tx.ensure_run(run_name, role, proxy_of, parsed.framework, parsed.format)
-    rows, routing, names = rows_to_store(tx, run_id, rows)
-    record = summary.to_dict() | {"sha256": parsed.sha256}
-    source_id = tx.add_source(run_id, record)
-    write_rows(tx, run_id, source_id, rows, routing, names)
-    return summary
-
-
-def rows_to_store(tx, run_id: int, rows, known: dict[str, str] | None = None, extent: tuple | None = None):
-    """(scalars as Columns, routing rows or None, {original: stored name}) of parsed rows (Columns
-    or a long DataFrame) as the run stores them: expert loads moved to routing, names mapped, units
-    applied, series derived, and the attempts offset past the run's latest when the rows repeat a
-    stored step (a restart). ``known`` (the run's name mapping) and ``extent`` (its latest attempt
-    and last step) spare a query each when the caller read them already."""
-    from moeproxy.ingest.derive import apply_units, derive_series, split_routing
-
-    rows, routing = split_routing(as_columns(rows))
-    mapping = resolve_names(list(rows.names), tx.metric_mapping(run_id) if known is None else known)
-    rows = apply_units(rows.renamed(mapping), mapping)
-    rows, derived = derive_series(rows, routing)
-    offset = tx.attempt_offset(run_id, rows, extent)
-    if offset:
-        rows = replace(rows, attempt=rows.attempt + offset)
-        if routing is not None:
-            routing = routing.assign(attempt=routing["attempt"] + offset)
-    return rows, routing, mapping | derived
-
-
-def write_rows(tx, run_id: int, source_id: int, rows, routing, names: dict[str, str]) -> None:
-    tx.add_metric_names(run_id, names)
-    tx.add_scalars(run_id, source_id, rows)
-    tx.add_routing(run_id, source_id, routing)  # None: no expert loads
+    with store.write() as tx:  # every file in one transaction, a few statements for all (ingest.batch)
+        summaries = store_parsed(tx, parsed_all, role, proxy_of, _summary, arms_of, progress)
+    return IngestResult(summaries, skipped)

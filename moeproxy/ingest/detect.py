@@ -1,4 +1,9 @@
-"""Format detection by content: every registered sniffer scores the file's head; best wins."""
+"""Format detection by content: every registered sniffer scores the file's head; best wins.
+
+The head is the file's first lines, however long its first records are (``SourceFile.head_lines``
+reads a whole first record within ``SNIFF_BYTES``). A sniffer whose ``top_score`` cannot beat the
+best score so far is not run: the answer is the same (a later format wins only with a higher
+score), found at the cost of the sniffers that could still win."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ def detect_format(src: SourceFile) -> LogFormat:
     best: tuple[float, LogFormat] | None = None
     for fmt in FORMATS.values():
         if (src.encoding is None) != fmt.binary:
+            continue
+        if best is not None and fmt.top_score <= best[0]:  # could not win: ties go to the first
             continue
         try:
             score = fmt.sniff(src)

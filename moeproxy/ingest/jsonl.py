@@ -299,8 +299,8 @@ def sniff_jsonl(src: SourceFile) -> float:
     objs, lines = _first_objects(src)
     if not objs:
         return 0.0
-    if len(objs) == 1 and lines == 1 and src.size > len(src.head):
-        return 0.0  # a single huge JSON document, not JSON lines
+    if len(objs) == 1 and lines == 1 and src.size > len(src.sniff_head()):
+        return 0.0  # one object, then more than detection reads: a single huge JSON document, not JSON lines
     share = len(objs) / max(lines, 1)
     return 0.8 if share >= 0.5 else 0.4
 
@@ -316,9 +316,10 @@ def sniff_json_records(src: SourceFile) -> float:
 
 
 register(LogFormat("verl-jsonl", "verl file logger: {\"step\": N, \"data\": {...}} per line",
-                   sniff_verl_jsonl, parse_verl_jsonl))
+                   sniff_verl_jsonl, parse_verl_jsonl, top_score=0.95))
 register(LogFormat("hf-trainer-state", "Hugging Face Trainer / TRL trainer_state.json (log_history)",
-                   sniff_trainer_state, parse_trainer_state))
+                   sniff_trainer_state, parse_trainer_state, top_score=0.97))
 register(LogFormat("jsonl", "JSON lines of flat or nested metric dicts (step key or record index)",
-                   sniff_jsonl, parse_jsonl))
-register(LogFormat("json-records", "a JSON array of metric records", sniff_json_records, parse_json_records))
+                   sniff_jsonl, parse_jsonl, top_score=0.8))
+register(LogFormat("json-records", "a JSON array of metric records", sniff_json_records, parse_json_records,
+                   top_score=0.6))

@@ -187,7 +187,7 @@ def _head_layouts(src: SourceFile) -> list[list[str]]:
     import orjson
 
     seen: dict[tuple, None] = {}
-    for line in src.head.split(b"\n")[:-1]:
+    for line in src.sniff_head().split(b"\n")[:-1]:  # whole lines, however wide (per-expert metrics)
         try:
             data = orjson.loads(line).get("data")
         except (orjson.JSONDecodeError, AttributeError):

@@ -134,4 +134,5 @@ def sniff_printed_dicts(src: SourceFile) -> float:
 
 
 register(LogFormat("printed-dicts", "printed Python dicts: HF Trainer/TRL console, OpenRLHF "
-                   "'Global step N: {...}', slime 'step N: {...}'", sniff_printed_dicts, parse_printed_dicts))
+                   "'Global step N: {...}', slime 'step N: {...}'", sniff_printed_dicts, parse_printed_dicts,
+                   top_score=0.75))

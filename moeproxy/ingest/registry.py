@@ -2,7 +2,10 @@
 
 A format is sniffed from content, never from the file name: ``sniff(source) -> float`` returns
 a confidence in [0, 1] (0 = not this format). Detection picks the highest score; ties go to the
-format registered first. ``parse(source) -> ParsedLog`` reads the whole file.
+format registered first. ``parse(source) -> ParsedLog`` reads the whole file. ``top_score`` is the
+highest score a sniffer ever returns: detection does not run a sniffer that could not beat the
+score already found (a directory of thousands of small logs is sniffed at the cost of the sniffers
+that can still win, not of all of them); a test checks every sniffer keeps to its ``top_score``.
 
 Adding a format is one module that ends with ``register(LogFormat(...))`` and one line in
 ``moeproxy/ingest/formats.py``.
@@ -57,6 +60,7 @@ class LogFormat:
     sniff: Callable[[SourceFile], float]
     parse: Callable[[SourceFile], ParsedLog]
     binary: bool = False  # reads binary files (TensorBoard event files)
+    top_score: float = 1.0  # the highest score ``sniff`` returns
 
 
 FORMATS: Registry[LogFormat] = Registry("log format")

@@ -1,11 +1,13 @@
 """Opening a log file for parsing: existence, file type, binary and encoding checks, line reading,
-and the sha256 of exactly the bytes parsed.
+the head that detection reads, and the sha256 of exactly the bytes parsed.
 
 Every problem becomes an ``InputError`` whose message names the file (and the line where there
 is one), so the CLI can print one clear line and exit 2 without touching the store.
 
 Lifecycle: ``open_source`` takes a snapshot of the file (its size, inode and first 64 KiB) and
-refuses what is not a regular file before anything reads it (a FIFO would block forever). Every
+refuses what is not a regular file before anything reads it (a FIFO would block forever).
+Detection reads the head, or whole first records when they are wider than it (``sniff_head``: up to
+``SNIFF_BYTES``), so a record's width never decides whether its format is recognised. Every
 later read covers bytes of that snapshot only: a log that grows while it is read is parsed up to
 the size seen at open (the next ingest sees the rest); one that shrinks, is rewritten or replaced
 under us gives an error. ``parsed_end`` says how far the parsed bytes go, ``sha256`` is the hash
@@ -39,6 +41,11 @@ HEAD_BYTES = 64 * 1024
 # bars, read up to this far
 PROGRESS_HEAD_BYTES = 2 * 1024 * 1024
 HEAD_LINES = 400  # lines a sniffer sees at most
+# records wider than the head (per-layer, per-expert metrics: 5,000 values make a 150 KiB line) are
+# sniffed whole: when the head holds fewer than SNIFF_MIN_LINES complete lines, detection reads on
+# until it does, up to SNIFF_BYTES (DuckDB's JSON reader takes lines up to this size too)
+SNIFF_MIN_LINES = 8
+SNIFF_BYTES = 16 * 1024 * 1024
 # a bar and its times only (``  1%|▏   | 24/1875 [30:24<35:17:45, 68.65s/it]``): a bar that carries
 # metrics (``..., loss=2.3]``) is a record, not a redraw
 PROGRESS_ONLY = re.compile(r"^[^|]{0,60}\|[^|]{0,80}\|\s*\d+/\d+\s*"
@@ -69,6 +76,7 @@ class SourceFile:
     _tail_decided: tuple | None = None
     _sha_end: int = -1  # the end of the bytes ``_sha256`` covers
     _sniff_lines: list[str] | None = None  # head_lines' list, made once for every sniffer
+    _sniff_head: bytes | None = None  # the head, read on to whole first records (``sniff_head``)
     nul_runs: list[list[int]] = field(default_factory=list)  # [start, stop) of NUL runs read (crash padding)
 
     def nul_warnings(self) -> list[str]:
@@ -133,15 +141,40 @@ class SourceFile:
     def end(self) -> int:
         return self.size if self.parsed_end is None else self.parsed_end
 
+    def sniff_head(self) -> bytes:
+        """The bytes detection reads: the head, or when it holds fewer than ``SNIFF_MIN_LINES``
+        complete lines (records wider than HEAD_BYTES), the head read on until it holds that many,
+        up to ``SNIFF_BYTES`` or the end of the file. Read once; never beyond ``size``."""
+        if self._sniff_head is None:
+            data = self.head
+            limit = min(self.size, SNIFF_BYTES)
+            if (self.encoding in ("utf-8", "utf-8-sig") and len(data) < limit
+                    and data.count(b"\n") < SNIFF_MIN_LINES):
+                parts, lines, read = [data], data.count(b"\n"), len(data)
+                with self.open_checked() as fh:
+                    fh.seek(read)
+                    while lines < SNIFF_MIN_LINES and read < limit:
+                        chunk = fh.read(min(read, limit - read))  # doubling: few reads for any width
+                        if not chunk:
+                            break
+                        parts.append(chunk)
+                        lines += chunk.count(b"\n")
+                        read += len(chunk)
+                data = b"".join(parts)
+            self._sniff_head = data
+        return self._sniff_head
+
     @property
     def head_text(self) -> str:
-        """The decoded head (at most HEAD_BYTES), cut at the last complete line when longer."""
+        """The decoded ``sniff_head`` (the head, or whole first records when they are wider), cut
+        at the last complete line when the file goes on."""
         if self.encoding is None:
             return ""
-        text = self.head.decode(self.encoding, errors="replace")
+        head = self.sniff_head()
+        text = head.decode(self.encoding, errors="replace")
         if "\x00" in text and self.encoding != "utf-16":  # crash padding reads as line breaks
             text = text.replace("\x00", "\n")
-        if self.size > len(self.head) and "\n" in text:
+        if self.size > len(head) and "\n" in text:
             text = text[: text.rfind("\n") + 1]
         return text
 
@@ -152,10 +185,10 @@ class SourceFile:
         if self._sniff_lines is None:
             lines = self.head_text.splitlines()
             kept = [line for line in lines if not PROGRESS_ONLY.match(line)]
-            if (len(kept) < HEAD_LINES and 2 * len(kept) < len(lines) and self.size > len(self.head)
+            if (len(kept) < HEAD_LINES and 2 * len(kept) < len(lines) and self.size > len(self.sniff_head())
                     and self.encoding is not None):
                 with self.open_checked() as fh:
-                    data = fh.read(min(self.size, PROGRESS_HEAD_BYTES))
+                    data = fh.read(min(self.size, max(PROGRESS_HEAD_BYTES, len(self.sniff_head()))))
                 text = data.decode(self.encoding, errors="replace")
                 if len(data) < self.size and "\n" in text:
                     text = text[: text.rfind("\n") + 1]
@@ -404,6 +437,7 @@ class _RangeReader(io.RawIOBase):
 
 
 CRASH_PADDING = re.compile(rb"\x00{32,}")
+_CONTROL_BYTES = bytes(b for b in range(32) if b < 9 or 13 < b)
 
 
 def looks_binary(head: bytes) -> bool:
@@ -416,8 +450,9 @@ def looks_binary(head: bytes) -> bool:
         head = CRASH_PADDING.sub(b"\n", head)
         if b"\x00" in head:
             return True
-    control = sum(1 for b in head[:4096] if b < 9 or 13 < b < 32)
-    return control > len(head[:4096]) * 0.05
+    sample = head[:4096]
+    control = len(sample) - len(sample.translate(None, _CONTROL_BYTES))  # bytes < 9 or in 14..31
+    return control > len(sample) * 0.05
 
 
 def open_source(path: str | Path, *, allow_binary: bool = False) -> SourceFile:

@@ -63,4 +63,4 @@ def sniff_tensorboard(src: SourceFile) -> float:
 
 
 register(LogFormat("tensorboard", "TensorBoard event files (scalars)", sniff_tensorboard, parse_tensorboard,
-                   binary=True))
+                   binary=True, top_score=0.99))

@@ -20,7 +20,7 @@ from moeproxy.ingest.events import bar_step, overflow_record
 from moeproxy.ingest.names import canonical_of, guess_framework
 from moeproxy.ingest.prefixes import RANK_PREFIX, TIMESTAMP, rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
-from moeproxy.ingest.source import SourceFile
+from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import LogTable
 from moeproxy.ingest.values import NONFINITE_WORDS
 
@@ -279,20 +279,24 @@ def sniff_text(src: SourceFile) -> float:
     lines = [l for l in src.head_lines() if l.strip()]
     with_step = 0
     for raw in lines:
-        line = _strip(raw)
+        # the first HEAD_BYTES of a line hold its step counter and first pairs: a record wider than
+        # that (thousands of per-expert values) is judged by them, at the cost of a head, not of the line
+        line = _strip(raw[:HEAD_BYTES])
         hit = find_step(line)
         if hit is not None and extract_pairs(hit[1]):
             with_step += 1
         elif hit is None and (epoch := find_epoch(line)) and extract_pairs(epoch[1]):
             with_step += 1
+        if with_step >= LOOK_PAST_RECORDS:  # the answer cannot change: the other lines need no reading
+            break
     if with_step >= LOOK_PAST_RECORDS:
         return 0.4  # many counted records: a pasted table or key=value config before them is preamble
     if with_step:
         return 0.3
-    if sum(1 for raw in lines if len(extract_pairs(_strip(raw))) >= 2) >= max(2, len(lines) // 2):
+    if sum(1 for raw in lines if len(extract_pairs(_strip(raw[:HEAD_BYTES]))) >= 2) >= max(2, len(lines) // 2):
         return 0.2
     return 0.0
 
 
 register(LogFormat("text", "generic text log: a step counter plus key: value / key=value / key value pairs",
-                   sniff_text, parse_text))
+                   sniff_text, parse_text, top_score=0.4))

@@ -1,0 +1,42 @@
+"""One file's parsed rows as its run stores them: expert loads moved to the routing table, names
+mapped as the run maps them, units applied, series derived, attempts offset past a restart.
+
+``rows_to_store`` decides, ``write_rows`` writes; ``moeproxy.ingest.batch`` (many files in one
+transaction) and the watcher (new lines of followed files) both call them, so a value is stored
+one way whichever path read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from moeproxy.columns import as_columns
+from moeproxy.ingest.names import resolve_names
+
+
+def rows_to_store(tx, run_id: int, rows, known: dict[str, str] | None = None, extent: tuple | None = None,
+                  repeats=None):
+    """(scalars as Columns, routing rows or None, {original: stored name}) of parsed rows (Columns
+    or a long DataFrame) as the run stores them: expert loads moved to routing, names mapped, units
+    applied, series derived, and the attempts offset past the run's latest when the rows repeat a
+    stored step (a restart). ``known`` (the run's name mapping) and ``extent`` (its latest attempt
+    and last step) spare a query each when the caller read them already; ``repeats`` answers
+    whether rows repeat a stored step (``Transaction.attempt_offset``) when the caller knows."""
+    from moeproxy.ingest.derive import apply_units, derive_series, split_routing
+
+    rows, routing = split_routing(as_columns(rows))
+    mapping = resolve_names(list(rows.names), tx.metric_mapping(run_id) if known is None else known)
+    rows = apply_units(rows.renamed(mapping), mapping)
+    rows, derived = derive_series(rows, routing)
+    offset = tx.attempt_offset(run_id, rows, extent, repeats)
+    if offset:
+        rows = replace(rows, attempt=rows.attempt + offset)
+        if routing is not None:
+            routing = routing.assign(attempt=routing["attempt"] + offset)
+    return rows, routing, mapping | derived
+
+
+def write_rows(tx, run_id: int, source_id: int, rows, routing, names: dict[str, str]) -> None:
+    tx.add_metric_names(run_id, names)
+    tx.add_scalars(run_id, source_id, rows)
+    tx.add_routing(run_id, source_id, routing)  # None: no expert loads
