@@ -38,7 +38,7 @@ from moeproxy.errors import InputError
 from moeproxy.ingest import ParsedLog, parse_file
 from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.registry import FORMATS
-from moeproxy.ingest.source import HEAD_BYTES
+from moeproxy.ingest.source import HEAD_BYTES, SNIFF_BYTES, SNIFF_MIN_LINES
 
 # formats whose files are whole documents rewritten at each save, not appended to: not followed
 WHOLE_DOCUMENT = frozenset({"hf-trainer-state", "json-records", "megatron-golden", "table"})
@@ -254,6 +254,13 @@ class FollowedFile:
         if self.format is None:  # the first look: enough to tell the format (a 10 GB checkpoint is not read)
             max_bytes = min(max_bytes, 4 * HEAD_BYTES)
         data = os.pread(self.descriptor(), min(size - self.position, max_bytes), self.position)
+        if self.format is None and data.count(b"\n") < SNIFF_MIN_LINES and len(data) < size - self.position:
+            # records wider than the head (thousands of per-layer, per-expert metrics a line): read on,
+            # as ingest's detection does, until enough whole lines are there, within SNIFF_BYTES
+            more = min(size - self.position, SNIFF_BYTES)
+            while data.count(b"\n") < SNIFF_MIN_LINES and len(data) < more:
+                data += os.pread(self.descriptor(), min(len(data), more - len(data)), self.position + len(data))
+            max_bytes = max(max_bytes, len(data))
         if self.format is None:
             self._detect(data, size)
             if self.format is None:
@@ -288,7 +295,7 @@ class FollowedFile:
         are there to tell, gives up (FollowError) once the first 64 KiB tell nothing."""
         head = data if self._looks_binary_records(data) else data[: data.rfind(b"\n") + 1]
         try:  # no complete line yet: a whole JSON document (one line, no newline) is still named
-            fmt = self._detect_bytes((head or data)[:HEAD_BYTES])
+            fmt = self._detect_bytes((head or data)[:max(HEAD_BYTES, len(head))])
         except InputError as exc:
             if len(head) >= HEAD_BYTES or size >= 4 * HEAD_BYTES:
                 raise FollowError(self._real(str(exc), 0)) from None

@@ -485,3 +485,26 @@ def test_thousands_of_logs_are_followed_with_a_bounded_number_of_descriptors(tmp
     assert followed == count and most <= 64
     assert loss_steps(tmp_path / "runs.duckdb") == [(i, 0) for i in range(0, count, 100)]
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 64  # the limit was lowered only in the child
+
+
+def test_a_log_at_moe_width_is_watched_without_a_format_option(tmp_path):
+    """Per-layer, per-expert routing loads of a 48-layer, 64-expert model: records of over 3,000
+    metrics (first line ~170 KiB, wider than the 64 KiB head) are detected on the first look,
+    as ingest detects them, and every metric is stored."""
+    log = tmp_path / "verl.jsonl"
+    with open(log, "w") as fh:
+        for step in range(1, 13):
+            data = {"actor/entropy": 0.5, "critic/score/mean": 0.3 + 0.01 * step, "actor/grad_norm": 0.2}
+            data.update({f"routing/layer_{l}/expert_{e}/load": (l * 64 + e + step) % 7 / 7
+                         for l in range(48) for e in range(64)})
+            fh.write(json.dumps({"step": step, "data": data}) + "\n")
+    assert log.stat().st_size / 12 > 128 * 1024
+    db = tmp_path / "runs.duckdb"
+    store = Store(db)
+    Watcher(WatchConfig(paths=[str(log)], run="wide"), store).run(once=True)
+    runs = store.runs().set_index("run")
+    assert runs.loc["wide", "steps"] == 12 and runs.loc["wide", "format"] == "verl-jsonl"
+    with store.read() as con:
+        loads = con.execute("SELECT count(*) FROM routing").fetchone()[0] + con.execute(
+            "SELECT count(*) FROM scalars WHERE metric LIKE 'routing/%'").fetchone()[0]
+    assert loads == 12 * 48 * 64
