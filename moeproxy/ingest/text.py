@@ -36,6 +36,11 @@ MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s
 # counter is (``Epoch:[0/2](7000/293491) loss:4.29``); an epoch's own fraction is not
 PROGRESS = re.compile(r"(?<![\w/.])[(\[]\s*(\d+)\s*/\s*(\d+)\s*[)\]]")
 EPOCH_BEFORE = re.compile(r"epoch\s*[:=#]?\s*$", re.IGNORECASE)
+# an epoch counter with the batch fraction inside it (1-based epochs, as mmengine counts them)
+EPOCH_BATCHES = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*(\d+)\s*[|,]?\s*(\d+)\s*/\s*(\d+)\s*(?:batch|iter|step)",
+                           re.IGNORECASE)
+# a progress fraction that opens a line (after tags in brackets) and a separator follows
+LEADING_FRACTION = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)*(\d+)\s*/\s*(\d+)\s*(?=\|)")
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
@@ -180,6 +185,10 @@ def find_step(line: str) -> tuple[int, str] | None:
         epoch, it, per_epoch = int(m.group(1) or 1), int(m.group(2)), int(m.group(3))
         step = (epoch - 1) * per_epoch + it if m.group(1) else it
         return step, line[: m.start()] + " , " + line[m.end():]
+    m = EPOCH_BATCHES.search(line)
+    if m:  # PyTorch examples' ``| epoch   2 |   200/ 2983 batches |``: the batch counter restarts each epoch
+        epoch, it, per_epoch = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        return max(epoch - 1, 0) * per_epoch + it, line[: m.start()] + " , " + line[m.end():]
     m = TQDM.search(line)
     if m:
         rest = line[m.end():]
@@ -190,6 +199,9 @@ def find_step(line: str) -> tuple[int, str] | None:
     for m in PROGRESS.finditer(line):
         if not EPOCH_BEFORE.search(line[: m.start()]):
             return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    m = LEADING_FRACTION.match(line)
+    if m:  # ``[job]   12/100 | loss=0.1 | reward=0.3``: the progress fraction that opens the line
+        return int(m.group(1)), line[m.end():]
     return None
 
 

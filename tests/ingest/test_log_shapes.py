@@ -77,3 +77,18 @@ def test_a_step_prefix_with_its_colon_before_the_number_dates_the_dict(tmp_path)
     parsed = parse_file(log)
     assert parsed.format == "printed-dicts" and not parsed.step_from_index
     assert sorted(parsed.frame["step"].unique()) == [3, 7, 11]
+
+
+def test_a_batch_counter_that_restarts_each_epoch_runs_on_across_epochs(tmp_path):
+    log = tmp_path / "word_lm.log"
+    log.write_text("".join(f"| epoch {e:3d} | {b:5d}/ 2983 batches | lr 20.00 | ms/batch 11.61 | loss {5 - 0.1 * e:5.2f} | ppl 99.0\n"
+                           for e in (1, 2) for b in (200, 400)))
+    assert sorted(parse_file(log).frame["step"].unique()) == [200, 400, 3183, 3383]
+
+
+def test_a_progress_fraction_that_opens_the_line_is_the_step(tmp_path):
+    log = tmp_path / "rl.log"
+    log.write_text("[job] Loading...\n" + "".join(f"[job]  {s:3d}/100 | loss={0.1 * s:.4f} | reward={0.01 * s:.3f}\n"
+                                                  for s in range(1, 11)))
+    parsed = parse_file(log)
+    assert not parsed.step_from_index and sorted(parsed.frame["step"].unique()) == list(range(1, 11))
