@@ -176,8 +176,8 @@ class FollowedFile:
                 "format": self.format, "header": self.header, "index_base": self.index_base,
                 "source_id": self.source_id, "totals": dict(self.totals), "header_at": self.header_at}
 
-    def prefix_sha(self, length: int) -> str | None:
-        """sha256 of the first ``length`` bytes; None when the file holds fewer."""
+    def prefix_hasher(self, length: int):
+        """A sha256 hasher fed the first ``length`` bytes; None when the file holds fewer."""
         h = hashlib.sha256()
         at = 0
         while at < length:
@@ -186,7 +186,12 @@ class FollowedFile:
                 return None
             h.update(data)
             at += len(data)
-        return h.hexdigest()
+        return h
+
+    def prefix_sha(self, length: int) -> str | None:
+        """sha256 of the first ``length`` bytes; None when the file holds fewer."""
+        h = self.prefix_hasher(length)
+        return None if h is None else h.hexdigest()
 
     def adopt(self, state: dict) -> bool:
         """Go on from another file's state when this file starts with exactly the bytes that file
@@ -211,15 +216,8 @@ class FollowedFile:
         position = int(saved["position"])
         if self.size() < position:
             return False
-        h = hashlib.sha256()
-        at = 0
-        while at < position:
-            data = os.pread(self.descriptor(), min(1 << 20, position - at), at)
-            if not data:
-                return False
-            h.update(data)
-            at += len(data)
-        if h.hexdigest() != saved["sha256"]:
+        h = self.prefix_hasher(position)
+        if h is None or h.hexdigest() != saved["sha256"]:
             return False
         self.position, self.lines, self.hasher = position, int(saved["lines"]), h
         self.format, self.header = saved["format"], bytes(saved["header"] or b"")
