@@ -239,7 +239,12 @@ class Store:
         """The one-line error for a store file DuckDB cannot read or write (damaged, truncated,
         disk full): nothing was changed by the command that met it."""
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        why = "the disk is full" if "space left" in first.lower() else "damaged or truncated?"
+        if "space left" in first.lower():
+            why = "the disk is full"
+        elif isinstance(exc, duckdb.TransactionException):
+            why = "the transaction could not commit"
+        else:
+            why = "damaged or truncated?"
         return InputError(f"{self.path}: cannot use the run database ({why}: {first}); nothing was changed")
 
     @contextmanager
