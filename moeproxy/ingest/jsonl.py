@@ -90,7 +90,7 @@ def split_step(record: dict) -> tuple[int | float | None, dict]:
 def _json_lines(src: SourceFile):
     """Yield (lineno, object) for JSON lines; count other lines; name bad or truncated ones."""
     bad: tuple[int, str] | None = None
-    state = {"skipped": 0}
+    state = {"skipped": 0, "cut": 0}
 
     def gen():
         nonlocal bad
@@ -106,7 +106,10 @@ def _json_lines(src: SourceFile):
             try:
                 obj = _loads(text)
             except ValueError as exc:
-                if src.nul_runs:  # a record cut by crash padding (named by its bytes): skipped, named
+                if state["cut"] < len(src.nul_runs):
+                    # a record cut by crash padding (each run of NULs cuts at most the one record being
+                    # written when the crash hit): skipped and named; any other malformed line is an error
+                    state["cut"] += 1
                     src.warnings.append(f"line {lineno}: a JSON record cut by NUL padding: skipped")
                     state["skipped"] += 1
                     continue
