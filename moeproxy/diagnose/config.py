@@ -67,6 +67,10 @@ class DiagnoseConfig:
     empty_update_share: float = 0.8    # RL updates with a loss exactly 0 on this share of records: nothing is learned
     same_value: float = 1e-6           # relative agreement at which two printed losses are the same number
     min_digits: int = 4                # significant digits a repeated loss must show to mean a frozen loss
+    never_learned_records: int = 20   # records from the run's start over which a loss that never moves never learned
+    never_learned_band: float = 0.02   # ... its 5-95 % range within this share of its level
+    uniform_classes: int = 100         # a loss frozen at ln(k), k up to this: a uniform guess over k outcomes
+    uniform_tolerance: float = 1e-3    # ... to within this (absolute, in nats)
     short_run: int = 10                # confidence: fewer records and bands rest on a handful of points
     long_run: int = 30                 # confidence: enough history for every rule's baseline
 

@@ -127,8 +127,13 @@ class RunSeries:
     @property
     def is_rl(self) -> bool:
         """An RL run (reward, policy entropy or new-vs-old KL logged): its loss is a signed policy
-        loss, and zero grad norms/losses are groups whose rewards were all equal."""
-        return any(self.resolve(name) is not None for name in RL_SIGNALS)
+        loss, and zero grad norms/losses are groups whose rewards were all equal. An entropy logged
+        beside a token accuracy and no reward or KL is a supervised run's token entropy (TRL's
+        SFTTrainer logs both), not a policy's."""
+        if any(self.resolve(name) is not None for name in RL_SIGNALS if name != "policy_entropy"):
+            return True
+        return (self.resolve("policy_entropy") is not None
+                and not any("token_accuracy" in name for name in self._series))
 
     def matching(self, predicate) -> Iterable[tuple[str, pd.Series]]:
         return [(n, s) for n, s in self._series.items() if predicate(n)]

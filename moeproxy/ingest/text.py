@@ -41,6 +41,9 @@ EPOCH_BATCHES = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*(\d+)\s*[|,]?\s*(\d+)\s*
                            re.IGNORECASE)
 # a progress fraction that opens a line (after tags in brackets) and a separator follows
 LEADING_FRACTION = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)*(\d+)\s*/\s*(\d+)\s*(?=\|)")
+# Keras prints the epoch on a line of its own (``Epoch 34/400``) and the epoch's metrics on the
+# progress line after it (``50000/50000 [====] - 455s - loss: 2.3030 - val_loss: 2.3026``)
+EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*/\s*\d+\s*$", re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
@@ -63,6 +66,12 @@ KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r
 # a value before its name, only for names that are known metrics (``9.12 loss``, not ``12 ms``)
 VALUE_FIRST = re.compile(r"^(" + NUMBER + r")\s+([A-Za-z_][\w/]*)(?![\w.])", re.IGNORECASE)
 SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s{2,}|\t")
+# a split tag before a record's pairs (``Step 14100 stats, val: loss = 3.32``): the record's
+# metrics are that split's, not the training ones printed at the same step
+SPLIT_TAG = re.compile(r"(?<![\w/])(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s*:\s*(?=[A-Za-z_])",
+                       re.IGNORECASE)
+SPLIT_NAMES = {"val": "val", "valid": "val", "validation": "val", "eval": "eval", "evaluation": "eval",
+               "test": "test"}
 
 
 def _number(text: str) -> float:
@@ -173,6 +182,17 @@ def extract_pairs(text: str) -> dict[str, float]:
     return record
 
 
+def pairs_of_split(text: str) -> dict[str, float]:
+    """``extract_pairs``, with the keys of a record tagged as another split than training
+    (``val: loss = 3.3``) named for it (``val loss``) so they do not overwrite the training loss."""
+    record = extract_pairs(text)
+    m = SPLIT_TAG.search(text)
+    split = SPLIT_NAMES.get(m.group(1).lower()) if m else None
+    if not record or split is None:
+        return record
+    return {key if key.startswith(split) else f"{split} {key}": value for key, value in record.items()}
+
+
 def _strip(line: str) -> str:
     line = RANK_PREFIX.sub("", line, count=1)
     return TIMESTAMP.sub(" ", line)
@@ -233,23 +253,34 @@ def parse_text(src: SourceFile) -> ParsedLog:
     skipped = 0
     entries: list[tuple[int, int | None, int, dict]] = []
     counts = [0, 0, 0]
+    header_epoch = None
     for _, raw in src.lines():
         line = _strip(raw)
+        header = EPOCH_HEADER.match(line)
+        if header:
+            header_epoch = int(header.group(1))
+            continue
         event = overflow_record(line)
         if event is not None:
             entries.append((EVENT, bar_step(line), rank_of(raw), event))
             continue
         hit = find_step(line)
         if hit is not None:
-            record = extract_pairs(hit[1])
+            record = pairs_of_split(hit[1])
             if record:
                 entries.append((STEPPED, hit[0], rank_of(raw), record))
                 counts[STEPPED] += 1
                 continue
         elif not counts[STEPPED] and (epoch := find_epoch(line)):
-            record = extract_pairs(epoch[1])
+            record = pairs_of_split(epoch[1])
             if record:
                 entries.append((BY_EPOCH, epoch[0], rank_of(raw), record))
+                counts[BY_EPOCH] += 1
+                continue
+        elif not counts[STEPPED] and header_epoch is not None:
+            record = pairs_of_split(line)
+            if record:
+                entries.append((BY_EPOCH, header_epoch, rank_of(raw), record))
                 counts[BY_EPOCH] += 1
                 continue
         elif not counts[STEPPED]:

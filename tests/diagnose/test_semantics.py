@@ -148,3 +148,38 @@ def test_entropy_falling_after_the_reward_reached_its_ceiling_is_convergence():
     # the same entropy fall with a reward that stalls low is a collapse
     stalled = 0.3 + np.random.default_rng(4).normal(0, 0.02, n)
     assert diagnose_series({"policy_entropy": entropy, "reward_mean": stalled})["verdict"] == "entropy_collapse"
+
+
+def test_a_loss_that_never_moves_from_the_runs_start_never_learned():
+    rng = np.random.default_rng(5)
+    flat = 4.69 + rng.normal(0, 0.008, 34)           # 34 records from step 20: within 1 % of its level
+    steps = {"loss": pd.Series(flat, index=20 * np.arange(1, 35)),
+             "grad_norm": pd.Series(8.6 + rng.normal(0, 0.1, 34), index=20 * np.arange(1, 35))}
+    res = diagnose_series(steps)
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 20
+    assert res["findings"][0]["rule"] == "loss_never_moved"
+    # the same flat stretch late in a run (a plateau after learning) is no finding
+    late = {name: pd.Series(s.to_numpy(), index=s.index + 48_000) for name, s in steps.items()}
+    assert diagnose_series(late)["verdict"] == "healthy"
+    # a loss that moves a few percent as minibatches do, and falls, is healthy
+    assert diagnose_series({"loss": _healthy_loss()})["verdict"] == "healthy"
+
+
+def test_a_loss_frozen_at_ln_k_is_a_uniform_guess():
+    rng = np.random.default_rng(6)
+    loss = np.log(10) + rng.uniform(1e-4, 5e-4, 9)   # 2.3028-2.3030 from epoch 34 on
+    res = diagnose_series({"loss": pd.Series(loss, index=np.arange(34, 43))})
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 34
+    assert res["findings"][0]["rule"] == "loss_at_uniform_guess"
+    # a loss near ln(10) that keeps moving by more than the tolerance is not frozen
+    moving = np.log(10) + np.linspace(0.0, -0.05, 9)
+    assert diagnose_series({"loss": moving})["verdict"] == "healthy"
+
+
+def test_an_sft_token_entropy_does_not_make_a_run_rl():
+    n = 30
+    sft = RunSeries({"loss": _series(_healthy_loss(n)), "policy_entropy": _series(np.linspace(1.2, 0.9, n)),
+                     "mean_token_accuracy": _series(np.linspace(0.4, 0.6, n))})
+    assert not sft.is_rl
+    grpo = RunSeries({"loss": _series(np.zeros(n)), "policy_entropy": _series(np.linspace(1.2, 0.9, n))})
+    assert grpo.is_rl

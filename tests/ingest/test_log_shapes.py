@@ -92,3 +92,23 @@ def test_a_progress_fraction_that_opens_the_line_is_the_step(tmp_path):
                                                   for s in range(1, 11)))
     parsed = parse_file(log)
     assert not parsed.step_from_index and sorted(parsed.frame["step"].unique()) == list(range(1, 11))
+
+
+def test_a_split_tag_names_the_records_metrics(tmp_path):
+    log = tmp_path / "seq2seq.log"
+    log.write_text("".join(f"[2020-07-29T13:59:2{i}] Step {s} stats, train: loss = {t}\n"
+                           f"[2020-07-29T13:59:3{i}] Step {s} stats, val: loss = {v}\n...\n"
+                           for i, (s, t, v) in enumerate([(100, 1.13, 3.32), (200, 0.92, 3.54), (300, 2.30, 4.65)])))
+    wide = _wide(parse_file(log))
+    # the validation record at the same step does not overwrite the training loss
+    assert wide.loc[200, "loss"] == 0.92 and wide.loc[200, "val loss"] == 3.54
+
+
+def test_a_keras_epoch_header_dates_the_progress_line_after_it(tmp_path):
+    log = tmp_path / "keras.log"
+    log.write_text("".join(f"Epoch {e}/400\n50000/50000 [==============================] - 455s - "
+                           f"loss: {2.3030 - 0.0001 * e:.4f} - acc: 0.0971 - val_loss: 2.3026 - val_acc: 0.1000\n"
+                           for e in range(34, 40)))
+    parsed = parse_file(log)
+    assert sorted(parsed.frame["step"].unique()) == list(range(34, 40))
+    assert math.isclose(_wide(parsed).loc[36, "loss"], 2.3030 - 0.0036)

@@ -142,6 +142,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     truncated = cut < len(vals)
     out: list[Finding] = []
     blips: list[tuple[int, float]] = []
+    final_step = int(steps[last]) if last >= 0 else None
     for d in deps:
         peak = 10 ** (y[d.peak] - d.baseline)
         base = 10 ** d.baseline
@@ -192,9 +193,10 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         break
     for step, peak in blips:
         if peak >= cfg.large_spike:  # reported one by one: verdict.py promotes one that did lasting damage
+            after = ("in the last record: the log ends before it could come back or last" if step == final_step
+                     else "and came back within 2 records")
             out.append(Finding(DIVERGENCE, step, WARNING, name, "large_spike",
-                               f"{name} spiked to {fmt(peak)}x its median at step {step} and came back "
-                               f"within 2 records"))
+                               f"{name} spiked to {fmt(peak)}x its median at step {step} {after}"))
     out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips], cfg)
     blips = [b for b in blips if b[1] < cfg.large_spike]
     if blips:

@@ -26,7 +26,10 @@ RULES = declare(VANISHING_GRADIENT, {
     "grad_norm_zero_throughout": "grad norm exactly 0 in every record and the loss never moves: no update was ever applied",
     "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
     "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
-}, thresholds={"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
+    "loss_never_moved": "a training loss that never left a narrow band from the run's start: the run never learned",
+    "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
+}, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band"),
+               "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
                "updates_empty": ("empty_update_share", "vanishing_min_records")})
@@ -69,7 +72,7 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
                                    f"{int(tiny.sum())} records with {name} ~0 (e.g. GRPO groups with zero "
                                    f"reward variance): normal when scattered"))
     out += _never_updated(run, cfg) or _empty_updates(run, cfg)
-    out += _frozen_losses(run, cfg)
+    out += _frozen_losses(run, cfg) or _never_learned(run, cfg)
     found = run.resolve("lr")
     if found:
         name, s = found
@@ -181,3 +184,45 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
                     f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the groups' "
                     f"rewards are all equal, so no update has anything to learn from")]
+
+
+def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    """LABELS.md "the run never learns at all — the loss frozen at its initial value (e.g.
+    ln(vocab))", read two ways on a training loss that is not an RL policy loss:
+
+    - it sits at ln(k) for a small k (2.3026 = ln 10) to ``uniform_tolerance`` over the last
+      ``vanishing_min_records`` records or more: the model outputs a uniform guess over k outcomes;
+    - the log starts at the run's start and the loss stays within ``never_learned_band`` of its
+      level over ``never_learned_records`` records or more, never improving.
+    Dated from the first record of the stretch."""
+    found = run.resolve("loss")
+    if found is None or run.is_rl:
+        return []
+    name, s = found
+    s = s[np.isfinite(s.to_numpy())]
+    v = s.to_numpy(dtype=float)
+    if v.size < cfg.vanishing_min_records or float(np.median(v)) <= 0:
+        return []
+    level = float(np.median(v))
+    k = int(round(float(np.exp(level)))) if level < np.log(cfg.uniform_classes + 1) else 0
+    if 2 <= k <= cfg.uniform_classes:
+        near = np.abs(v - np.log(k)) <= cfg.uniform_tolerance
+        n_near = _tail_run(near)
+        if n_near >= cfg.vanishing_min_records:
+            began = int(s.index[v.size - n_near])
+            return [Finding(VANISHING_GRADIENT, began, CRITICAL, name, "loss_at_uniform_guess",
+                            f"{name} sits at ln({k}) = {np.log(k):.4f} (within {fmt(cfg.uniform_tolerance)}) in its "
+                            f"last {n_near} records from step {began}: the model predicts {k} outcomes uniformly "
+                            f"and does not learn")]
+    gap = run.step_gap
+    at_start = s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap
+    if not at_start or v.size < cfg.never_learned_records or _improved(s, s.index.max()):
+        return []
+    low, high = np.quantile(v, [0.05, 0.95])
+    level = float(np.median(v))
+    if high - low > cfg.never_learned_band * level:
+        return []
+    first = int(s.index[0])
+    return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_never_moved",
+                    f"{name} stayed within {fmt(low)}-{fmt(high)} ({(high - low) / level:.1%} of its level) over all "
+                    f"{v.size} records from the run's start at step {first}: the run never learned")]
