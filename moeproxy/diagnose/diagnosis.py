@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose.confidence import assess
@@ -52,9 +53,36 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
            "alternatives": alts,
            "findings": [f.to_dict() for f in order_findings(findings, verdict)],
            "config": config.to_dict()}
+    epoch_at = _epoch_reader(run)
+    if epoch_at is not None:
+        # the log's own fractional counter (HF Trainer dicts without a step: 'epoch': 0.62), which
+        # is what a reader of such a log dates things by; the stored step is the record's index
+        out["onset_epoch"] = epoch_at(onset)
+        for item in (*out["findings"], *alts):
+            item["epoch"] = epoch_at(item.get("onset_step"))
     if data is not None:
         out["data"] = data
     return out
+
+
+def _epoch_reader(run: RunSeries):
+    """step -> the run's epoch at that step (the last logged at or before it), or None when the
+    run logs no epoch, or its epoch is only whole numbers (then it is a counter, not a fraction)."""
+    found = run.get("epoch")
+    if found is None:
+        return None
+    e = found[np.isfinite(found.to_numpy(dtype=float))]
+    if e.empty or bool((e.to_numpy() == np.round(e.to_numpy())).all()):
+        return None
+    steps, values = e.index.to_numpy(), e.to_numpy(dtype=float)
+
+    def epoch_at(step):
+        if step is None:
+            return None
+        i = int(np.searchsorted(steps, step, side="right")) - 1
+        return round(float(values[max(i, 0)]), 4)
+
+    return epoch_at
 
 
 def diagnose_frame(frame: pd.DataFrame, config: DiagnoseConfig | None = None,

@@ -31,6 +31,7 @@ class Case:
     accepts: dict[str, list]           # label -> accepted onset ranges
     verdict: str = "error"
     onset: int | None = None
+    onset_epoch: float | None = None
     confidence: str = "-"
     seconds: float = 0.0
     error: str | None = None
@@ -50,16 +51,18 @@ class Case:
 
     @property
     def onset_ok(self) -> bool | None:
-        return onset_right(self, self.verdict, self.onset)
+        return onset_right(self, self.verdict, self.onset, self.onset_epoch)
 
     @property
     def raters_disagree(self) -> bool:
         return len(self.labels) > 1
 
 
-def onset_right(case: Case, verdict: str, onset: int | None) -> bool | None:
+def onset_right(case: Case, verdict: str, onset: int | None, epoch: float | None = None) -> bool | None:
     """Whether ``verdict`` from ``onset`` puts the onset in range: None for a healthy label or
-    verdict a rater gave (no onset to judge) or a label without ranges."""
+    verdict a rater gave (no onset to judge) or a label without ranges. Ranges with a fractional
+    bound are in epochs (a log whose only counter is the epoch): ``epoch``, the tool's onset in
+    epochs, is judged against them."""
     if case.label == "healthy" or not case.accepts.get(case.label):
         return None
     if verdict == "healthy" and verdict in case.labels:
@@ -67,7 +70,9 @@ def onset_right(case: Case, verdict: str, onset: int | None) -> bool | None:
     if verdict not in case.labels or verdict == "healthy" or onset is None:
         return False
     ranges = case.accepts.get(verdict) or case.accepts.get(case.label) or []
-    return any(lo <= onset <= hi for lo, hi in ranges)
+    in_epochs = any(float(b) != int(b) for r in ranges for b in r)
+    at = epoch if in_epochs and epoch is not None else onset
+    return any(lo <= at <= hi for lo, hi in ranges)
 
 
 def source_of(url: str) -> str:
@@ -116,6 +121,7 @@ def evaluate(folder: Path, set_name: str | None = None) -> list[Case]:
         try:
             result = diagnose_path(folder / entry["file"])
             case.verdict, case.onset = result["verdict"], result["onset_step"]
+            case.onset_epoch = result.get("onset_epoch")
             case.confidence, case.result = result.get("confidence") or "?", result
         except Exception as exc:  # an error is a result here: the case counts as missed
             case.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]

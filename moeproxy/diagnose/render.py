@@ -17,7 +17,8 @@ def render_text(result: dict, run: str | None = None) -> str:
     if verdict == HEALTHY:
         lines = [f"{head}healthy: no critical finding"]
     else:
-        lines = [f"{head}{verdict} from step {onset}"]
+        epoch = result.get("onset_epoch")
+        lines = [f"{head}{verdict} from step {onset}" + (f" (epoch {epoch:g})" if epoch is not None else "")]
     if result.get("confidence"):
         lines[0] += f" (confidence {result['confidence']}: {result.get('confidence_reason', '')})".replace(": )", ")")
     for alt in result.get("alternatives") or []:

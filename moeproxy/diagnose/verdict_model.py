@@ -142,7 +142,9 @@ def cross_validate(cases, c: float = 1.0) -> dict:
             for method, (verdict, onset) in picks.items():
                 o = out[method]
                 o["right"] += verdict in case.labels
-                ok = onset_right(case, verdict, onset)
+                epoch = next((f.get("epoch") for f in case.result.get("findings", [])
+                              if f.get("onset_step") == onset), None) if case.result else None
+                ok = onset_right(case, verdict, onset, epoch)
                 if ok is not None:
                     o["judged"] += 1
                     o["onsets"] += bool(ok)

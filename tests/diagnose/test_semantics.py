@@ -183,3 +183,32 @@ def test_an_sft_token_entropy_does_not_make_a_run_rl():
     assert not sft.is_rl
     grpo = RunSeries({"loss": _series(np.zeros(n)), "policy_entropy": _series(np.linspace(1.2, 0.9, n))})
     assert grpo.is_rl
+
+
+def test_answers_that_lengthen_as_the_reward_climbs_are_learning_not_a_blow_up():
+    rng = np.random.default_rng(7)
+    n = 20
+    reward = np.r_[[-2.9, -2.6, -2.7], np.linspace(-0.5, 2.4, n - 3)] + rng.normal(0, 0.1, n)
+    truncation = np.r_[[0.07, 0.08, 0.075], np.full(n - 3, 0.17)] + rng.normal(0, 0.005, n)
+    steps = 5 * np.arange(1, n + 1)
+    series = {"reward_mean": pd.Series(reward, index=steps), "truncation_rate": pd.Series(truncation, index=steps),
+              "loss": pd.Series(rng.normal(0, 0.02, n), index=steps)}
+    res = diagnose_series(series)
+    assert res["verdict"] == "healthy"
+    assert any(f["rule"] == "length_with_reward" for f in res["findings"])
+    # the same truncation rise while the reward stays where it was is a length blow-up
+    series["reward_mean"] = pd.Series(0.3 + rng.normal(0, 0.02, n), index=steps)
+    assert diagnose_series(series)["verdict"] == "divergence"
+
+
+def test_a_grad_norm_burst_that_comes_back_below_100x_is_a_warning_not_divergence():
+    rng = np.random.default_rng(8)
+    grad = 2.0 + rng.normal(0, 0.1, 13)
+    grad[7:11] = [10.7, 7.2, 15.0, 6.7]          # x5-x7 for four records, then back
+    loss = 0.09 + rng.normal(0, 0.005, 13)
+    res = diagnose_series({"grad_norm": grad, "loss": loss})
+    assert res["verdict"] == "healthy"
+    assert any(f["rule"] == "grad_excursion" and f["severity"] == "warning" for f in res["findings"])
+    # a burst at x1000 is a blow-up however briefly it lasts
+    grad[7:11] = [900.0, 2000.0, 1500.0, 800.0]
+    assert diagnose_series({"grad_norm": grad, "loss": loss})["verdict"] == "divergence"

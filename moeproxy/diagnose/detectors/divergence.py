@@ -31,7 +31,7 @@ RULES = declare(DIVERGENCE, {
     "large_spike": "a 10x spike that came back within two records",
     "isolated_spike": "short spikes that came back (not divergence)",
     "spike_before_nonfinite": "the last finite record before a non-finite one stood out",
-    "grad_excursion": "an RL grad norm high for a few updates, then back",
+    "grad_excursion": "a grad norm high for a few updates, then back (below 100x outside RL)",
     "grad_rise_loss_falling": "grad norm rising while the loss keeps falling (not divergence)",
     "contradicted_by_validation": "a train-loss jump the validation loss does not show (printing artefact)",
     "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
@@ -40,7 +40,8 @@ RULES = declare(DIVERGENCE, {
    thresholds={"rise_over_best": ("loss_rise_over_best",), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor"),
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
-               "huge_spike": ("huge_spike",), "large_spike": ("large_spike",), "grad_excursion": ("zero_advantage",),
+               "huge_spike": ("huge_spike",), "large_spike": ("large_spike",),
+               "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"), "contradicted_by_validation": ("validation_rise",)})
 
 
@@ -167,9 +168,10 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         if not critical:
             blips.append((int(steps[d.first]), peak))
             continue
-        if rl and kind == "grad" and not at_end:
-            # an RL policy's grad norm runs high for a few updates and settles: a warning, unless a
-            # lasting change (reward, entropy, KL, length) starts with it (verdict.py promotes it)
+        if kind == "grad" and not at_end and (rl or peak < cfg.grad_blowup_factor):
+            # a grad norm that runs high for a few updates and settles (an RL policy's at any
+            # size; otherwise below LABELS.md's x100) came back: a warning, unless a lasting
+            # change (loss, reward, entropy, KL, length) starts with it (verdict.py promotes it)
             out.append(Finding(DIVERGENCE, int(steps[d.onset]), WARNING, name, "grad_excursion",
                                f"{name} ran {fmt(peak)}x above its median of {fmt(base)} for {n_rec} records "
                                f"from step {int(steps[d.onset])}; back in band after step {int(steps[d.end])}"))
