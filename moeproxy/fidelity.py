@@ -139,12 +139,15 @@ def onset_relative_difference(full_onset, proxy_onset) -> float | None:
 
 
 def compare_frames(full: pd.DataFrame, proxy: pd.DataFrame, *, full_run: str | None = None,
-                   proxy_run: str | None = None, smooth: int = 5, min_points: int = 5) -> dict:
+                   proxy_run: str | None = None, smooth: int = 5, min_points: int = 5,
+                   diagnoses: tuple[dict, dict] | None = None) -> dict:
+    """``diagnoses``: the two runs' recorded findings (``compare_runs`` passes them); two frames
+    that are not stored runs are diagnosed here."""
     from moeproxy.diagnose import diagnose_frame
 
     if smooth < 1 or min_points < 2:
         raise ValueError("smooth must be >= 1 and min_points >= 2")
-    full_diag, proxy_diag = diagnose_frame(full), diagnose_frame(proxy)
+    full_diag, proxy_diag = diagnoses if diagnoses is not None else (diagnose_frame(full), diagnose_frame(proxy))
     fw, pw = _wide(full), _wide(proxy)
     return {
         "full": _side(full_diag, full_run),
@@ -159,9 +162,14 @@ def compare_frames(full: pd.DataFrame, proxy: pd.DataFrame, *, full_run: str | N
 
 
 def compare_runs(store, full_run: str, proxy_run: str, smooth: int = 5, min_points: int = 5) -> dict:
-    """``compare_frames`` over two stored runs (raises ``NotFound`` for an unknown run)."""
-    return compare_frames(store.run_frame(full_run), store.run_frame(proxy_run), full_run=full_run,
-                          proxy_run=proxy_run, smooth=smooth, min_points=min_points)
+    """``compare_frames`` over two stored runs (raises ``NotFound`` for an unknown run), with the
+    runs' recorded findings (diagnosed and recorded first where they are missing or stale)."""
+    from moeproxy.diagnose.record import current_findings
+
+    full_frame, proxy_frame = store.run_frame(full_run), store.run_frame(proxy_run)
+    return compare_frames(full_frame, proxy_frame, full_run=full_run, proxy_run=proxy_run, smooth=smooth,
+                          min_points=min_points,
+                          diagnoses=(current_findings(store, full_run), current_findings(store, proxy_run)))
 
 
 def format_comparison(result: dict) -> str:

@@ -31,15 +31,12 @@ def upload_file_name(name: str) -> str:
 
 def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of: str | None) -> list[str]:
     """Ingest, then diagnose and save findings for every run that received data; returns summary lines."""
-    from moeproxy.diagnose.record import diagnose_and_record_all
-    from moeproxy.ingest import ingest_paths
+    from moeproxy.diagnose import record
 
-    store = queries.store()
-    summaries = ingest_paths(store, paths, run=run or None, role=role, proxy_of=proxy_of or None)
-    lines = [s.line() for s in summaries]
-    failures = diagnose_and_record_all(store, sorted({s.run for s in summaries if not s.duplicate}))
+    summaries, failures = record.ingest_and_diagnose(queries.store(), paths, run=run or None, role=role,
+                                                     proxy_of=proxy_of or None)
     # the data is in; a failed diagnosis can be retried from Triage
-    return lines + [f"{name}: not diagnosed ({why})" for name, why in failures.items()]
+    return [s.line() for s in summaries] + [f"{name}: not diagnosed ({why})" for name, why in failures.items()]
 
 
 GLANCE_LIMIT = 40  # runs drawn as sparklines (the first ones of the table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from functools import partial
 
+from moeproxy.terminal import shown
 from moeproxy.commands.common import add_db_option, add_run_options, open_store, progress_printer
 
 HELP = "ingest training logs (any supported format, auto-detected) into the run database"
@@ -15,6 +16,9 @@ def add_arguments(parser) -> None:
     add_run_options(parser)
     parser.add_argument("--format", dest="fmt", default="auto", metavar="NAME",
                         help="auto (sniff the content, default) or a format name from `moeproxy formats`")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="diagnose every run that received data and record its findings (as the "
+                             "dashboard's upload does); print each run's verdict")
     parser.add_argument("--json", action="store_true", help="print the per-file summaries as JSON")
     add_db_option(parser)
 
@@ -29,15 +33,36 @@ def run(args) -> int:
     gc.freeze()
     # the store (and pandas, DuckDB with it) is opened only once every file parsed: a large log's
     # parse overlaps those imports
-    summaries = ingest_paths(partial(open_store, args), args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
-                             fmt=args.fmt, progress=progress_printer())
+    options = dict(run=args.run, role=args.role, proxy_of=args.proxy_of, fmt=args.fmt, progress=progress_printer())
+    verdicts: dict[str, dict] = {}
+    if args.diagnose:
+        from moeproxy.diagnose.record import ingest_and_diagnose
+
+        summaries, failures = ingest_and_diagnose(partial(open_store, args), args.paths, **options)
+        store = open_store(args)
+        for run in sorted({s.run for s in summaries if not s.duplicate}):
+            verdicts[run] = ({"error": failures[run]} if run in failures else
+                             {k: v for k, v in (store.findings(run) or {}).items()
+                              if k in ("verdict", "onset_step", "confidence")})
+    else:
+        summaries = ingest_paths(partial(open_store, args), args.paths, **options)
     # every file of a directory that was not ingested is named, with its reason, in both forms
     if args.json:
-        print(json.dumps([s.to_dict() for s in summaries] + [f.to_dict() for f in summaries.skipped], indent=2))
+        rows = [s.to_dict() for s in summaries] + [f.to_dict() for f in summaries.skipped]
+        for row in rows:
+            if row.get("run") in verdicts:
+                row["diagnosis"] = verdicts[row["run"]]
+        print(json.dumps(rows, indent=2))
     else:
         for s in summaries:
             print(s.line())
         for f in summaries.skipped:
             print(f.line())
+        for run, v in verdicts.items():
+            if "error" in v:
+                print(f"{shown(run)}: not diagnosed ({shown(v['error'])}); its data is stored")
+            else:
+                onset = "" if v.get("onset_step") is None else f" from step {v['onset_step']}"
+                print(f"{shown(run)}: {v.get('verdict')}{onset} (confidence {v.get('confidence')})")
         print(f"database: {open_store(args).label}")
     return 0

@@ -6,8 +6,12 @@ stored findings instead when they come from this detector version. ``diagnose_an
 it for the runs an ingest just filled, naming each run whose diagnosis failed (the data stays in).
 ``diagnose_target`` is what ``moeproxy diagnose TARGET`` does: a stored run is diagnosed and
 recorded; a log file or directory is ingested into a scratch in-memory store and diagnosed there,
-nothing written to the user's database. Callers: the CLI, the Runs and Triage pages, the demo loader,
-the repro harness.
+nothing written to the user's database. ``ingest_and_diagnose`` is an ingest followed by the
+diagnosis of every run it filled (``moeproxy ingest --diagnose``, the Runs page's upload, the demo).
+The watcher diagnoses in batches inside its own write transaction: ``diagnose_frames`` then
+``record_in``, the same two steps ``diagnose_and_record`` takes. The fidelity comparison reads the
+recorded findings (``current_findings``) instead of diagnosing again. Callers: the CLI, the Runs and
+Triage pages, the demo loader, the repro harness, the watcher, the fidelity comparison.
 """
 
 from __future__ import annotations
@@ -40,6 +44,45 @@ def diagnose_and_record(store, run: str, *, only_if_stale: bool = False) -> dict
     result = diagnose_frame(store.run_frame(run))
     store.save_findings(run, result, _detector_version())
     return result
+
+
+def current_findings(store, run: str) -> dict:
+    """The recorded findings of stored ``run`` when they come from this detector version, else
+    diagnosed now and recorded: what a reader of a run's diagnosis (the fidelity comparison, a
+    report) uses, so that every page shows the one recorded answer."""
+    return diagnose_and_record(store, run, only_if_stale=True)
+
+
+def diagnose_frames(frames: dict) -> dict[str, dict | Exception]:
+    """run -> its diagnosis, or the exception its diagnosis raised (a detector's bug must not stop
+    the caller: the watcher keeps ingesting and tries again when the run grows)."""
+    from moeproxy.diagnose.diagnosis import diagnose_frame
+
+    out: dict[str, dict | Exception] = {}
+    for run, frame in frames.items():
+        try:
+            out[run] = diagnose_frame(frame)
+        except Exception as exc:  # noqa: BLE001 - handed back to the caller, who reports it
+            out[run] = exc
+    return out
+
+
+def record_in(tx, run_id: int, result: dict) -> None:
+    """Save ``result`` for a run inside the caller's open write transaction, with the detector
+    version (the batch form of ``diagnose_and_record``'s save)."""
+    tx.add_findings(run_id, result, _detector_version())
+
+
+def ingest_and_diagnose(store, paths, **options):
+    """Ingest ``paths`` (``moeproxy.ingest.ingest_paths``' options), then diagnose and record every
+    run that received new data. Returns (the ingest summaries, run -> why it was not diagnosed);
+    the data stays in when a diagnosis fails (it can be run again later)."""
+    from moeproxy.ingest import ingest_paths
+
+    summaries = ingest_paths(store, paths, **options)
+    target = store() if callable(store) else store
+    runs = sorted({s.run for s in summaries if not s.duplicate})
+    return summaries, diagnose_and_record_all(target, runs)
 
 
 def diagnose_and_record_all(store, runs) -> dict[str, str]:

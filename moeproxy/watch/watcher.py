@@ -478,18 +478,15 @@ class Watcher:
         return frames
 
     def _diagnose(self, frames: dict, report: CycleReport) -> int:
-        from moeproxy.diagnose import DETECTOR_VERSION, diagnose_frame
+        from moeproxy.diagnose.record import diagnose_frames, record_in
 
         updates = []  # (run, result or None, alert or None)
-        for run, frame in frames.items():
-            state = self.runs[run]
-            if frame.empty:
-                continue
-            try:
-                result = diagnose_frame(frame)
-            except Exception as exc:  # noqa: BLE001 - a detector's bug must not stop the ingest
-                self.say(f"moeproxy watch: run {run!r}: diagnosis failed ({type(exc).__name__}: {str(exc)[:300]}); "
-                         "its rows are stored, it is diagnosed again when it grows", err=True)
+        results = diagnose_frames({run: frame for run, frame in frames.items() if not frame.empty})
+        for run, result in results.items():
+            state, frame = self.runs[run], frames[run]
+            if isinstance(result, Exception):  # a detector's bug must not stop the ingest
+                self.say(f"moeproxy watch: run {run!r}: diagnosis failed ({type(result).__name__}: "
+                         f"{str(result)[:300]}); its rows are stored, it is diagnosed again when it grows", err=True)
                 continue
             key = (result["verdict"], result["onset_step"])
             alert = None
@@ -504,7 +501,7 @@ class Watcher:
                     for run, result, alert in updates:
                         run_id = self.store.run_id(tx.con, run)
                         if result is not None:
-                            tx.add_findings(run_id, result, DETECTOR_VERSION)
+                            record_in(tx, run_id, result)
                         if alert is not None:
                             tx.add_alert(run_id, alert)
             except StoreBusy as exc:  # nothing recorded: diagnosed and alerted at the next cycle

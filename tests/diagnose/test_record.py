@@ -57,3 +57,41 @@ def test_a_log_path_is_diagnosed_without_touching_the_database(tmp_path):
     name, result, recorded = diagnose_target("full-run", str(db))
     assert (name, result["verdict"], recorded) == ("full-run", "divergence", True)
     assert Store(db).findings("full-run")["detector_version"] == DETECTOR_VERSION
+
+
+def test_ingest_with_diagnose_records_each_new_run_and_prints_its_verdict(tmp_path, capsys):
+    import json
+
+    from moeproxy.cli import main
+
+    db = tmp_path / "runs.duckdb"
+    log = FIXTURES / "megatron_divergence_then_nan.log"
+    assert main(["ingest", "--diagnose", "--run", "full-run", "--db", str(db), str(log)]) == 0
+    assert "full-run: divergence from step 160" in capsys.readouterr().out
+    saved = Store(db).findings("full-run")
+    assert saved["verdict"] == "divergence" and saved["detector_version"] == DETECTOR_VERSION
+    # the JSON form carries the diagnosis beside the file's summary
+    assert main(["ingest", "--diagnose", "--json", "--run", "second", "--db", str(db),
+                 str(FIXTURES / "verl_console_nan.log")]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["diagnosis"]["verdict"] == "overflow"
+    # a file already stored (a duplicate) has no new data: nothing to diagnose, nothing printed for it
+    assert main(["ingest", "--diagnose", "--run", "again", "--db", str(db), str(log)]) == 0
+    assert "again:" not in capsys.readouterr().out
+    # without --diagnose nothing is recorded
+    assert main(["ingest", "--run", "third", "--db", str(db), str(FIXTURES / "megatron_fp16_warmup_healthy.log")]) == 0
+    capsys.readouterr()
+    assert Store(db).findings("third") is None
+
+
+def test_the_fidelity_comparison_reads_the_recorded_findings(tmp_path):
+    from moeproxy.fidelity import compare_runs
+
+    store = stored_run(tmp_path / "runs.duckdb")
+    ingest_paths(store, [FIXTURES / "megatron_fp16_warmup_healthy.log"], run="proxy-run")
+    # findings recorded by the current detector are what the comparison shows (not diagnosed again)
+    planted = {"verdict": "overflow", "onset_step": 170, "confidence": "high", "findings": []}
+    store.save_findings("proxy-run", planted, DETECTOR_VERSION)
+    out = compare_runs(store, "full-run", "proxy-run")
+    assert out["proxy"]["verdict"] == "overflow" and out["full"]["verdict"] == "divergence"
+    assert store.findings("full-run")["verdict"] == "divergence"  # missing ones were recorded on the way
