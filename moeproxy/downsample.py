@@ -20,6 +20,8 @@ This module and ``moeproxy.store`` are the only places that write SQL; it reads 
 
 from __future__ import annotations
 
+from moeproxy.vocabulary import LAYER_PREFIX
+
 from collections import OrderedDict
 
 import numpy as np
@@ -282,7 +284,7 @@ def _prefix_bounds(prefix: str) -> tuple[str, str]:
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def layer_heatmap(store: Store, run: str, prefix: str = "routing_entropy/layer_", lo: int | None = None,
+def layer_heatmap(store: Store, run: str, prefix: str = LAYER_PREFIX, lo: int | None = None,
                   hi: int | None = None, buckets: int = 300) -> pd.DataFrame:
     """Per-layer series averaged into step buckets: (metric, bucket, step, value, nonfinite).
 

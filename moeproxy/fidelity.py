@@ -22,6 +22,8 @@ repro ones).
 
 from __future__ import annotations
 
+from moeproxy.vocabulary import LAYER_PREFIX
+
 import math
 
 import numpy as np
@@ -51,7 +53,7 @@ def _wide(frame: pd.DataFrame) -> pd.DataFrame:
 def correlated_metrics(full: pd.DataFrame, proxy: pd.DataFrame) -> list[str]:
     shared = set(full.columns) & set(proxy.columns)
     names = [m for m in CANONICAL if m in shared and m not in _NOT_CORRELATED]
-    names += sorted(m for m in shared if m.startswith("routing_entropy/layer_"))
+    names += sorted(m for m in shared if m.startswith(LAYER_PREFIX))
     return names
 
 

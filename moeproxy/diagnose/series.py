@@ -15,32 +15,11 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.errors import InputError
+from moeproxy.vocabulary import ALIASES
 
-# canonical name -> other spellings accepted when the canonical one is missing
-FALLBACK_NAMES: dict[str, tuple[str, ...]] = {
-    "loss": ("lm loss", "train/loss", "actor/pg_loss", "policy_loss", "train/pg_loss"),
-    "grad_norm": ("actor/grad_norm", "grad norm", "grad-norm", "actor_grad_norm", "train/grad_norm", "gradient_norm"),
-    "loss_scale": ("loss scale", "loss-scale"),
-    "skipped_iters": ("number of skipped iterations",),
-    "nan_iters": ("number of nan iterations",),
-    "policy_entropy": ("actor/entropy", "entropy", "approx_entropy", "train/entropy_loss"),
-    "kl": ("actor/kl_loss", "train/kl_loss", "kl_penalty"),
-    "ppo_kl": ("actor/ppo_kl", "train/ppo_kl"),
-    "reward_mean": ("critic/score/mean", "critic/rewards/mean", "grpo/score/mean", "reward",
-                    "rollout/reward_mean", "rollout/raw_reward"),
-    "response_length_mean": ("response_length/mean", "completions/mean_length",
-                             "rollout/response_length_mean", "response_length"),
-    "response_length_max": ("response_length/max", "len_max", "completions/max_length"),
-    "truncation_rate": ("response_length/clip_ratio", "completions/clipped_ratio",
-                        "rollout/truncated_rate", "rollout/truncated_ratio"),
-    "logprob_diff_mean": ("training/rollout_probs_diff_mean", "sampling/sampling_logp_difference/mean",
-                          "train/train_rollout_logprob_abs_diff", "logprobs_diff"),
-    "logprob_diff_max": ("training/rollout_probs_diff_max", "sampling/sampling_logp_difference/max"),
-    "is_ratio_mean": ("rollout_corr/rollout_is_mean", "sampling/importance_sampling_ratio/mean",
-                      "sampling_importance_ratio"),
-    "aux_loss": ("load_balancing_loss", "moe/load_balancing_loss"),
-    "lr": ("actor/lr", "learning rate", "learning_rate", "learning-rate"),
-}
+# canonical name -> other spellings accepted when the canonical one is missing (a frame that was
+# never canonicalised): the vocabulary's aliases, in their priority order
+FALLBACK_NAMES: dict[str, tuple[str, ...]] = ALIASES
 
 
 RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")

@@ -18,14 +18,14 @@ import re
 import numpy as np
 
 from moeproxy.errors import InputError
+from moeproxy.vocabulary import STEP_KEYS
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
 from moeproxy.ingest.values import parse_number
 
-STEP_COLUMNS = ("step", "Step", "_step", "global_step", "iteration", "train/global_step", "trainer/global_step",
-                "iter")
+STEP_COLUMNS = STEP_KEYS  # the vocabulary's one list (it knows training/global_step and train/step too)
 RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from moeproxy.vocabulary import LAYER_PREFIX
+
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -72,7 +74,7 @@ def derive_series(rows: Columns, routing: pd.DataFrame | None) -> tuple[Columns,
     imported only when there is something to derive."""
     metrics = set(rows.names)
     wanted = ("load_imbalance" not in metrics and routing is not None and not routing.empty) or (
-        "routing_entropy" not in metrics and any(m.startswith("routing_entropy/layer_") for m in metrics))
+        "routing_entropy" not in metrics and any(m.startswith(LAYER_PREFIX) for m in metrics))
     if not wanted:
         return rows, {}
     frame, names = _derive_series_frame(rows.to_frame(), routing)
@@ -91,7 +93,7 @@ def _derive_series_frame(frame: pd.DataFrame, routing: pd.DataFrame | None) -> t
         ratio = ratio.reset_index()
         added.append(_rows(frame, "load_imbalance", ratio["step"], ratio[0], ratio["attempt"]))
         names["derived:load_imbalance"] = "load_imbalance"
-    layer_entropy = [m for m in metrics if m.startswith("routing_entropy/layer_")]
+    layer_entropy = [m for m in metrics if m.startswith(LAYER_PREFIX)]
     if "routing_entropy" not in metrics and layer_entropy:
         sub = frame[frame["metric"].isin(layer_entropy)]
         mean = sub.groupby(["attempt", "rank", "step"])["value"].mean().reset_index()

@@ -22,13 +22,7 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
 
-STEP_KEYS = (
-    "step", "global_step", "_step", "iteration", "iter", "train/global_step", "trainer/global_step",
-    "training/global_step", "train/step", "Step",
-    # RL loops that count rollouts (the outer counter a run's progress is reported in; the
-    # optimizer step under it repeats within one rollout step and stays a value)
-    "grpo_step", "rollout_step", "ppo_step", "rl_step",
-)
+from moeproxy.vocabulary import STEP_KEYS  # the one list: csv and printed dicts read it too
 
 # A string field that says which kind of record a line is (rollout / train / eval lines in one
 # file, each with its own fields). Records of the training kind keep their names; the others'

@@ -2,7 +2,7 @@
 
 Stored metrics keep their original name unless it is an alias of a canonical name (DESIGN.md
 "Contracts"); the mapping original -> stored name is recorded per run in the ``metric_names``
-table, so the original is never lost. Adding a framework's aliases is one entry in ``ALIASES``.
+table, so the original is never lost. The names themselves are in ``moeproxy.vocabulary``.
 
 When a run has several originals that alias one canonical name (TRL logs both ``loss`` and
 ``policy_loss``), the first in the list below wins and the others keep their own names.
@@ -12,93 +12,7 @@ from __future__ import annotations
 
 import re
 
-CANONICAL = (
-    "loss", "grad_norm", "lr", "loss_scale", "skipped_iters", "nan_iters", "policy_entropy", "kl",
-    "ppo_kl", "clipfrac", "reward_mean", "response_length_mean", "response_length_max", "truncation_rate",
-    "logprob_diff_mean", "logprob_diff_max", "is_ratio_mean", "routing_entropy", "load_imbalance",
-    "aux_loss", "step_time",
-)
-
-# canonical -> originals in priority order. Sources: shared/research/logs-and-failures.md §1.0.
-ALIASES: dict[str, tuple[str, ...]] = {
-    "loss": (
-        "loss", "lm loss", "lm_loss", "actor/pg_loss", "policy_loss", "train/loss", "train/pg_loss",
-        "train_loss", "train loss", "loss/policy_avg", "actor/loss",
-    ),
-    "grad_norm": (
-        "grad_norm", "grad norm", "grad-norm", "actor/grad_norm", "actor_grad_norm", "train/grad_norm",
-        "gnorm", "grad_norm_total", "global_grad_norm", "total_norm", "gradient_norm", "norm",
-    ),
-    "lr": (
-        "lr", "learning rate", "learning-rate", "learning_rate", "actor/lr", "actor_lr", "train/lr",
-        "train/lr-pg_0",
-    ),
-    "loss_scale": ("loss scale", "loss_scale", "loss-scale", "scaler/scale"),
-    "skipped_iters": ("number of skipped iterations", "skipped_iters", "skipped_steps", "skipped iterations"),
-    "nan_iters": ("number of nan iterations", "nan_iters", "nan iterations"),
-    "policy_entropy": (
-        "actor/entropy", "entropy", "policy/entropy_avg", "objective/entropy", "approx_entropy",
-        "train/entropy_loss", "entropy_loss", "rollout/entropy",
-    ),
-    "kl": (
-        "actor/kl_loss", "kl", "actor/reward_kl_penalty", "train/kl_loss", "kl_penalty", "objective/kl",
-        "kl_loss", "kl_div", "kl_divergence", "mean_kl",
-    ),
-    "ppo_kl": ("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg", "approx_kl"),
-    "clipfrac": (
-        "actor/pg_clipfrac", "clip_ratio/region_mean", "ppo_clip_ratio", "train/pg_clipfrac",
-        "policy/clipfrac_avg", "clipfrac", "clip_fraction",
-    ),
-    "reward_mean": (
-        "critic/score/mean", "critic/rewards/mean", "grpo/score/mean", "reward", "reward_mean",
-        "rollout/reward_mean", "train/reward", "rollout/raw_reward", "objective/scores", "score",
-        "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward", "env/all/reward/total",
-    ),
-    "response_length_mean": (
-        "response_length/mean", "completions/mean_length", "rollout/response_length_mean",
-        "response_length", "mean_gen_tokens_per_sample", "rollout/response_lengths",
-        "len_mean", "response_len_mean", "completion_length",
-    ),
-    "response_length_max": (
-        "response_length/max", "completions/max_length", "len_max", "max_response_length",
-        "rollout/response_length_max",
-    ),
-    "truncation_rate": (
-        "response_length/clip_ratio", "completions/clipped_ratio", "rollout/truncated_rate",
-        "rollout/truncated_ratio", "truncated", "len_clip_ratio",
-    ),
-    "logprob_diff_mean": (
-        "logprob_diff_mean", "training/rollout_probs_diff_mean", "sampling/sampling_logp_difference/mean",
-        "train/train_rollout_logprob_abs_diff", "logprobs_diff", "rollout_corr/log_ppl_abs_diff",
-        # slime/vime, miles, and authors' own exports (trainer vs rollout engine)
-        "mean_logp_diff", "logp_diff", "lp_diff", "logprob_diff", "logprob_abs_diff",
-        "training/rollout_probs_diff_mean", "rollout_probs_diff_mean", "probability_mae", "prob_diff",
-        "train_rollout_logprob_abs_diff",
-    ),
-    "logprob_diff_max": (
-        "logprob_diff_max", "training/rollout_probs_diff_max", "sampling/sampling_logp_difference/max",
-        "rollout_corr/log_ppl_diff_max", "max_abs_diff", "max_logp_diff", "lp_diff_max",
-        "rollout_probs_diff_max",
-    ),
-    "is_ratio_mean": (
-        "is_ratio_mean", "rollout_corr/rollout_is_mean", "sampling/importance_sampling_ratio/mean",
-        "sampling_importance_ratio", "train/tis", "token_mult_prob_error", "importance_ratio",
-        "is_ratio", "rollout_is_mean",
-    ),
-    "routing_entropy": ("routing_entropy", "moe/routing_entropy", "router_entropy", "moe/router_entropy"),
-    "load_imbalance": ("load_imbalance", "moe/load_imbalance", "moe/max_vio"),
-    "aux_loss": (
-        "aux_loss", "load_balancing_loss", "moe/load_balancing_loss", "moe/aux_loss",
-        "train/moe/load_balancing_loss",
-    ),
-    "step_time": (
-        "step_time", "timing_s/step", "elapsed time per iteration (ms)", "iteration-time", "timing/all",
-        "timing/step_total", "perf/step_time", "perf/time_per_step",
-    ),
-}
-
-# Originals whose unit differs from the canonical one: value * factor.
-SCALE: dict[str, float] = {"elapsed time per iteration (ms)": 1e-3}
+from moeproxy.vocabulary import ALIASES, CANONICAL, LAYER_PREFIX, SCALE  # noqa: F401  (re-exported)
 
 # Prefixes that W&B/TensorBoard exports put in front of a framework's own names.
 _PREFIXES = ("train/", "train_", "training/")
@@ -121,7 +35,7 @@ def canonical_of(original: str) -> tuple[str, int] | None:
     """(canonical name, priority) for an original name, or None when it is no alias."""
     m = _PER_LAYER_ENTROPY.match(original)
     if m:
-        return f"routing_entropy/layer_{int(m.group(1))}", 0
+        return f"{LAYER_PREFIX}{int(m.group(1))}", 0
     hit = _LOOKUP.get(original)
     if hit is not None:
         return hit

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from moeproxy.vocabulary import STEP_KEYS as VOCABULARY_STEP_KEYS
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.prefixes import rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
@@ -42,7 +43,8 @@ def step_prefix(line: str):
     return None
 
 
-STEP_KEYS = ("step", "global_step", "train/step", "rollout/step", "eval/step", "iteration")
+# the vocabulary's list, then the split-qualified counters printed dicts carry
+STEP_KEYS = VOCABULARY_STEP_KEYS + ("rollout/step", "eval/step")
 # ms-swift writes its step as a string: 'global_step/max_steps': '5/2169'
 SWIFT_STEP = re.compile(r"['\"]global_step/max_steps['\"]\s*:\s*['\"](\d+)/\d+['\"]")
 

@@ -22,6 +22,8 @@ the reporting callbacks) adds the metrics to every logged step.
 
 from __future__ import annotations
 
+from moeproxy.vocabulary import LAYER_PREFIX
+
 import math
 import re
 from dataclasses import dataclass
@@ -156,7 +158,7 @@ class RoutingProbe:
             entropy = totals.entropy_sum / totals.tokens
             share = totals.load / totals.load.sum().clamp(min=1)
             imbalance = float(share.max() / share.mean()) if float(share.sum()) > 0 else float("nan")
-            metrics[f"routing_entropy/layer_{layer}"] = entropy
+            metrics[f"{LAYER_PREFIX}{layer}"] = entropy
             metrics[f"load_imbalance/layer_{layer}"] = imbalance
             load[layer] = [round(float(x), 6) for x in share]
             entropies.append(entropy)

@@ -112,3 +112,20 @@ def test_a_keras_epoch_header_dates_the_progress_line_after_it(tmp_path):
     parsed = parse_file(log)
     assert sorted(parsed.frame["step"].unique()) == list(range(34, 40))
     assert math.isclose(_wide(parsed).loc[36, "loss"], 2.3030 - 0.0036)
+
+
+def test_every_structured_format_takes_its_step_from_the_one_vocabulary(tmp_path):
+    import pytest
+
+    from moeproxy.vocabulary import STEP_KEYS
+
+    for i, key in enumerate(STEP_KEYS):
+        steps = [7, 14, 21]
+        csv = tmp_path / f"export{i}.csv"
+        csv.write_text(f"{key},loss\n" + "".join(f"{s},{3.0 - 0.1 * n}\n" for n, s in enumerate(steps)))
+        jsonl = tmp_path / f"metrics{i}.jsonl"
+        jsonl.write_text("".join(f'{{"{key}": {s}, "loss": {3.0 - 0.1 * n}}}\n' for n, s in enumerate(steps)))
+        for path in (csv, jsonl):
+            parsed = parse_file(path)
+            assert sorted(parsed.frame["step"].unique()) == steps, (key, path.suffix)
+            assert _wide(parsed).loc[14, "loss"] == pytest.approx(2.9), (key, path.suffix)

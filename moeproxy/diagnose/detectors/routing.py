@@ -9,6 +9,8 @@ growth. Onset is where the move began (see robust.py).
 
 from __future__ import annotations
 
+from moeproxy.vocabulary import LAYER_PREFIX
+
 import re
 
 import numpy as np
@@ -30,7 +32,7 @@ RULES = declare(ROUTING_COLLAPSE, {
 }, thresholds={"routing_entropy_drop": ("routing_entropy_drop",), "load_imbalance_rise": ("load_imbalance_factor",),
                "aux_loss_rise": ("aux_loss_factor",)})
 
-_LAYER = re.compile(r"^routing_entropy/layer_(\d+)$")
+_LAYER = re.compile("^" + re.escape(LAYER_PREFIX) + r"(\d+)$")
 
 
 def _entropy_drop(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
