@@ -39,7 +39,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "nan_iters": ("number of nan iterations", "nan_iters", "nan iterations"),
     "policy_entropy": (
         "actor/entropy", "entropy", "policy/entropy_avg", "objective/entropy", "approx_entropy",
-        "train/entropy_loss", "entropy_loss", "rollout/entropy",
+        "train/entropy_loss", "entropy_loss", "rollout/entropy", "entropy_avg", "avg_entropy", "entropy_mean",
+        "mean_entropy",
     ),
     "kl": (
         "actor/kl_loss", "kl", "actor/reward_kl_penalty", "train/kl_loss", "kl_penalty", "objective/kl",
@@ -54,11 +55,12 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "critic/score/mean", "critic/rewards/mean", "grpo/score/mean", "reward", "reward_mean",
         "rollout/reward_mean", "train/reward", "rollout/raw_reward", "objective/scores", "score",
         "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward", "env/all/reward/total",
+        "reward_avg",
     ),
     "response_length_mean": (
         "response_length/mean", "completions/mean_length", "rollout/response_length_mean",
         "response_length", "mean_gen_tokens_per_sample", "rollout/response_lengths",
-        "len_mean", "response_len_mean", "completion_length",
+        "len_mean", "response_len_mean", "completion_length", "avg_response_len", "avg_response_length",
     ),
     "response_length_max": (
         "response_length/max", "completions/max_length", "len_max", "max_response_length",
@@ -109,5 +111,8 @@ STEP_KEYS: tuple[str, ...] = (
     "training/global_step", "train/step", "Step",
     "grpo_step", "rollout_step", "ppo_step", "rl_step",
 )
+
+# keys whose value is the step as a progress string "N/TOTAL" (ms-swift: "global_step/max_steps": "5/2169")
+FRACTION_STEP_KEYS: tuple[str, ...] = ("global_step/max_steps",)
 
 LAYER_PREFIX = "routing_entropy/layer_"

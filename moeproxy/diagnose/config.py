@@ -54,6 +54,7 @@ class DiagnoseConfig:
     startup_min_scale: float = 1024.0  # fp16 scalers start their search at 2^16 or more; halvings from below are overflows
     storm_records: int = 3             # consecutive iterations skipped for overflow after start-up: a storm
     skipped_share: float = 0.25        # non-finite grad norms on more records than this are no longer occasional
+    converged_share: float = 0.01      # a loss already below this share of its median before it printed 0.0 converged
     zero_loss_records: int = 2         # a loss exactly 0 to the end after being positive, for this many records
     pinned_records: int = 3            # records at the length cap, to the end, that make a runaway
     pinned_share: float = 0.8          # share of the records from the onset on that sit at the cap

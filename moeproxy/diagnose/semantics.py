@@ -148,6 +148,22 @@ def startup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
     return end
 
 
+def is_validation_loss(name: str) -> bool:
+    low = name.lower()
+    return low.endswith("loss") and low.split("/")[0].split("_")[0].split(" ")[0] in ("eval", "val", "valid",
+                                                                                     "validation", "test")
+
+
+def loss_printed_zero_throughout(run: RunSeries) -> bool:
+    """The training loss is exactly 0 in every record (three or more) of a run that is not RL:
+    what HF Trainer prints when every step's loss was NaN/inf (its NaN filter leaves nothing)."""
+    found = run.resolve("loss")
+    if found is None or run.is_rl:
+        return False
+    v = found[1].to_numpy(dtype=float)
+    return v.size >= 3 and bool(np.all(v == 0.0))
+
+
 def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
     """The run the detectors see, and what was set aside."""
     reading = DataReading()
@@ -162,10 +178,15 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
         steps = counts.index.to_numpy()
         reading.first_step, reading.last_step = int(steps.min()), int(steps.max())
     empty = _empty_updates(run)
+    zero_printed = loss_printed_zero_throughout(run)
     kept: dict[str, pd.Series] = {}
     for name in run.names:
         s = run.get(name)
         why = never_computed(name, s.to_numpy(dtype=float), core)
+        if why is not None and zero_printed and is_validation_loss(name):
+            # LABELS.md: the training loss non-finite from the first record (HF prints 0.0 for a
+            # window of NaN losses), the validation loss NaN too: computed, and it overflowed
+            why = None
         if why is not None:
             reading.never_computed[name] = why
             continue

@@ -10,6 +10,8 @@ skipped and counted.
 
 from __future__ import annotations
 
+import re
+
 import itertools
 import json
 
@@ -22,7 +24,9 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
 
-from moeproxy.vocabulary import STEP_KEYS  # the one list: csv and printed dicts read it too
+from moeproxy.vocabulary import FRACTION_STEP_KEYS, STEP_KEYS  # the one list: csv and printed dicts read it too
+
+FRACTION = re.compile(r"^\s*(\d+)\s*/\s*\d+\s*$")
 
 # A string field that says which kind of record a line is (rollout / train / eval lines in one
 # file, each with its own fields). Records of the training kind keep their names; the others'
@@ -78,6 +82,11 @@ def split_step(record: dict) -> tuple[int | float | None, dict]:
             for step_key in STEP_KEYS:
                 metrics.pop(step_key, None)
             return value, metrics
+    for key in FRACTION_STEP_KEYS:
+        value = record.get(key)
+        m = FRACTION.match(value) if isinstance(value, str) else None
+        if m:
+            return int(m.group(1)), {k: v for k, v in record.items() if k != key}
     return None, record
 
 
@@ -176,6 +185,17 @@ def _kind_prefix(kind: str, kinds: set[str]) -> str | None:
     return "" if not (kinds & TRAIN_KINDS) and len(kinds - SKIP_KINDS - EVAL_KINDS) == 1 else f"{kind}/"
 
 
+def _counts_epochs(records: list[dict]) -> bool:
+    """Records with no step key whose whole-number ``epoch`` rises by one from record to record
+    (at least three): a per-epoch log, dated by its epochs."""
+    epochs = [r.get("epoch") for r in records if "epoch" in r]
+    if len(epochs) < 3 or len(epochs) != len(records):
+        return False
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs):
+        return False
+    return all(b == a + 1 for a, b in zip(epochs, epochs[1:]))
+
+
 def _records_to_table(records, table: LogTable) -> bool:
     """Add flat records; returns True when the record index had to stand in for the step.
 
@@ -187,6 +207,9 @@ def _records_to_table(records, table: LogTable) -> bool:
     ahead = list(itertools.islice(flat_records, LOOKAHEAD))
     kinds = {k for r in ahead if (k := record_kind(r)[1]) is not None}
     from_index = not any(split_step(r)[0] is not None for r in ahead)
+    by_epoch = from_index and _counts_epochs(ahead)
+    if by_epoch:  # one record per epoch (``{"train_loss": ..., "epoch": 251}``): the epoch is the step
+        from_index = False
     prefixes: dict[str, str | None] = {}
     last = None
     for index, flat in enumerate(itertools.chain(ahead, flat_records)):
@@ -200,6 +223,8 @@ def _records_to_table(records, table: LogTable) -> bool:
             if prefix is None:
                 continue
         step, metrics = split_step(flat)
+        if by_epoch and isinstance(flat.get("epoch"), int):
+            step, metrics = flat["epoch"], {k: v for k, v in metrics.items() if k != "epoch"}
         if key is not None:
             metrics.pop(key, None)
         if step is None:
@@ -304,7 +329,14 @@ def sniff_jsonl(src: SourceFile) -> float:
 
 def sniff_trainer_state(src: SourceFile) -> float:
     head = src.head.lstrip()
-    return 0.97 if head.startswith(b"{") and b'"log_history"' in src.head else 0.0
+    if not (head.startswith(b"{") and b'"log_history"' in src.head):
+        return 0.0
+    objs, lines = _first_objects(src, limit=2)
+    if len(objs) >= 2:
+        # JSON lines whose summary record carries a log_history (ms-swift's logging.jsonl): the
+        # records are the lines, not one document
+        return 0.0
+    return 0.97
 
 
 def sniff_json_records(src: SourceFile) -> float:

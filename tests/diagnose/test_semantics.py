@@ -212,3 +212,33 @@ def test_a_grad_norm_burst_that_comes_back_below_100x_is_a_warning_not_divergenc
     # a burst at x1000 is a blow-up however briefly it lasts
     grad[7:11] = [900.0, 2000.0, 1500.0, 800.0]
     assert diagnose_series({"grad_norm": grad, "loss": loss})["verdict"] == "divergence"
+
+
+def test_a_loss_that_converged_to_a_printed_zero_is_not_the_nan_filter():
+    n = 60
+    loss = np.r_[np.linspace(0.17, 0.1, 30), 0.1 * np.exp(-np.arange(20) / 2.5), np.zeros(10)]  # memorised
+    grad = np.r_[np.linspace(0.5, 3e-3, 50), np.full(10, 5e-4)]
+    assert diagnose_series({"loss": loss, "grad_norm": grad})["verdict"] == "healthy"
+    # from where the loss was straight to 0.0 and staying: HF's NaN filter, overflow
+    jump = np.r_[_healthy_loss(50), np.zeros(10)]
+    res = diagnose_series({"loss": jump, "grad_norm": np.full(n, 1.0)})
+    assert res["verdict"] == "overflow" and res["onset_step"] == 50
+
+
+def test_a_loss_printed_zero_throughout_beside_a_nan_validation_loss_overflowed_from_the_start():
+    loss = pd.Series(np.zeros(11), index=np.arange(11))
+    val = pd.Series([np.nan, np.nan], index=[1, 7])
+    res = diagnose_series({"loss": loss, "eval_loss": val, "lr": np.full(11, 1.05e-7)})
+    assert res["verdict"] == "overflow" and res["onset_step"] == 0
+    assert res["findings"][0]["rule"] == "nan_filtered_from_start"
+    # an evaluation loss never computed (NaN everywhere) beside a loss that learns is no evidence
+    assert diagnose_series({"loss": _healthy_loss(11), "eval_loss": val})["verdict"] == "healthy"
+
+
+def test_an_entropy_rise_that_lasts_is_found_after_one_that_came_back():
+    rng = np.random.default_rng(9)
+    entropy = 0.4 + rng.normal(0, 0.05, 120)
+    entropy[10:20] = 2.5                      # spreads out for ten updates, then sharpens again
+    entropy[60:] = np.linspace(3.5, 11.9, 60)  # blows up toward uniform output for good
+    res = diagnose_series({"policy_entropy": entropy, "reward_mean": 0.5 + rng.normal(0, 0.02, 120)})
+    assert res["verdict"] == "divergence" and 58 <= res["onset_step"] <= 61

@@ -129,3 +129,26 @@ def test_every_structured_format_takes_its_step_from_the_one_vocabulary(tmp_path
             parsed = parse_file(path)
             assert sorted(parsed.frame["step"].unique()) == steps, (key, path.suffix)
             assert _wide(parsed).loc[14, "loss"] == pytest.approx(2.9), (key, path.suffix)
+
+
+def test_ms_swift_logging_jsonl_is_json_lines_dated_by_its_progress_string(tmp_path):
+    log = tmp_path / "logging.jsonl"
+    rows = [f'{{"loss": {v}, "grad_norm": 2.0, "epoch": {s / 438:.4f}, "global_step/max_steps": "{s}/438"}}\n'
+            for s, v in [(1, 20.5), (10, 3.9), (20, 0.24), (30, 0.27)]]
+    # the last line is a summary whose log_history repeats the records: not a trainer_state.json
+    rows.append('{"last_model_checkpoint": "/out/checkpoint-438", "best_metric": 0.129, "global_step": 438, '
+                '"log_history": [{"loss": 20.5, "step": 1}], "memory": 16.5}\n')
+    log.write_text("".join(rows))
+    parsed = parse_file(log)
+    assert parsed.format == "jsonl"
+    assert {1, 10, 20, 30} <= set(parsed.frame["step"].unique())
+    assert _wide(parsed).loc[20, "loss"] == 0.24
+
+
+def test_a_json_line_per_epoch_is_dated_by_its_epoch(tmp_path):
+    log = tmp_path / "log.txt.jsonl"
+    log.write_text("".join(f'{{"train_loss": 11.090352058410645, "train_lr": {7e-5 - e * 1e-6}, "epoch": {e}}}\n'
+                           for e in range(251, 262)))
+    parsed = parse_file(log)
+    assert sorted(parsed.frame["step"].unique()) == list(range(251, 262))
+    assert "epoch" not in set(parsed.frame["metric"])

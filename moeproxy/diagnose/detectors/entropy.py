@@ -61,6 +61,18 @@ def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
     return None
 
 
+def _lasting_rise(s, cfg: DiagnoseConfig):
+    """The first doubling of the entropy that does not come back: rises that recovered (a policy
+    that spread out for a few updates, then sharpened again) are passed over."""
+    rest = s
+    while len(rest) > cfg.min_history:
+        rise = sustained_shift(rest, +1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history)
+        if rise is None or not rise.recovered:
+            return rise
+        rest = rest[rest.index > rise.end_step]
+    return None
+
+
 @register_detector("entropy_collapse", "policy entropy to a small fraction of its start while reward stalls")
 def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     found = run.resolve("policy_entropy")
@@ -74,8 +86,8 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     # the first records of a short log already show the early fall: two are enough for the start level
     start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
     if start > 0 and end >= 2 * start:
-        rise = sustained_shift(s, +1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history)
-        if rise is not None and not rise.recovered:
+        rise = _lasting_rise(s, cfg)
+        if rise is not None:
             # shared/LABELS.md: in RL the policy blowing up (entropy x3 or more, toward uniform
             # output, and staying) is a divergence; doubling alone is a warning
             blown = end >= cfg.entropy_blowup_factor * start

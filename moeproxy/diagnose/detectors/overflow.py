@@ -21,7 +21,7 @@ import pandas as pd
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
-from moeproxy.diagnose.semantics import startup_end_step
+from moeproxy.diagnose.semantics import is_validation_loss, loss_printed_zero_throughout, startup_end_step
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, OVERFLOW, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -38,6 +38,7 @@ RULES = declare(OVERFLOW, {
     "overflow_storm": "an iteration skipped for overflow on (nearly) every logged iteration",
     "loss_vanished": "the loss stops being printed (Megatron leaves NaN iterations out)",
     "loss_zero_nan_filter": "the loss printed as exactly 0 where a NaN filter zeroes it",
+    "nan_filtered_from_start": "the loss printed 0 in every record and the validation loss NaN: non-finite from the start",
     "fp16_startup_search": "the fp16 loss-scale search at start-up (not a failure)",
 }, decisive=("nonfinite_value", "overflow_storm", "loss_scale_min", "saturated_value"),
    # a storm is the mechanism of the loss printed with it; a scaler that halves a few times and
@@ -46,7 +47,7 @@ RULES = declare(OVERFLOW, {
    thresholds={"saturated_value": ("saturation_abs", "fp16_max"),
                "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
-               "nonfinite_value": ("skipped_share",), "loss_zero_nan_filter": ("zero_loss_records",)})
+               "nonfinite_value": ("skipped_share",), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
 
@@ -252,6 +253,25 @@ def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Findi
 
 
 
+def _nan_filtered_from_start(run: RunSeries) -> list[Finding]:
+    """LABELS.md "the training loss itself non-finite from the very first record, with the run
+    otherwise going on (validation NaN too)": HF Trainer prints a window of NaN losses as 0.0, so a
+    loss of exactly 0 in every record beside a validation loss that is non-finite in every record
+    is a computation that overflowed from the start."""
+    if not loss_printed_zero_throughout(run):
+        return []
+    for name, s in run.matching(is_validation_loss):
+        v = s.to_numpy(dtype=float)
+        if v.size and not np.isfinite(v).any():
+            loss_name, loss = run.resolve("loss")
+            first = int(loss.index[0])
+            return [Finding(OVERFLOW, first, CRITICAL, loss_name, "nan_filtered_from_start",
+                            f"{loss_name} is exactly 0 in all {len(loss)} records and {name} is non-finite in all "
+                            f"{v.size} of its records: HF Trainer prints 0.0 for a window of NaN losses, so the "
+                            f"computation overflowed from step {first}")]
+    return []
+
+
 def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """HF Trainer's ``logging_nan_inf_filter`` (on by default) leaves NaN/inf step losses out of the
     logged average; when every step of a logging window was non-finite nothing is left and it logs
@@ -272,6 +292,11 @@ def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         return []
     j = len(vals) - tail
     step = int(loss.index[j])
+    positive = vals[:j][vals[:j] > 0]
+    if positive.size and vals[j - 1] < cfg.converged_share * float(np.median(positive)):
+        # the loss was already near 0 and went on to print as 0.0 (a small set memorised): it
+        # converged; a NaN-filtered window drops to 0 from where the loss was
+        return []
     return [Finding(OVERFLOW, step, CRITICAL, name, "loss_zero_nan_filter",
                     f"{name} went from {fmt(vals[j - 1])} to exactly 0 at step {step} and stayed 0 for the last "
                     f"{tail} records: HF Trainer logs 0.0 when every step loss of a logging window was NaN/inf")]
@@ -287,7 +312,7 @@ def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     findings += _counter_findings(run, cfg, start_end, fp16)
     findings += _vanished_loss_findings(run, start_end)
     findings += _storm_findings(run, cfg, start_end)
-    findings += _zero_loss_findings(run, cfg)
+    findings += _zero_loss_findings(run, cfg) or _nan_filtered_from_start(run)
     if start_end is not None:
         findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
                                 f"fp16 loss-scale search at start-up up to step {start_end} is not a "
