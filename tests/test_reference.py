@@ -13,7 +13,7 @@ from moeproxy.store import Store
 
 def _run(tmp_path, store, name, grad, steps=100, verdict="healthy"):
     path = tmp_path / f"{name}.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "grad_norm": grad(s), "loss": 2.0}) + "\n"
+    path.write_text("".join(json.dumps({"step": s, "grad_norm": grad(s), "loss": 3.0 - 0.01 * s}) + "\n"
                             for s in range(1, steps + 1)))
     ingest_paths(store, [path], run=name)
     if verdict is not None:
