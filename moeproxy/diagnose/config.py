@@ -72,7 +72,6 @@ class DiagnoseConfig:
     never_learned_band: float = 0.02   # ... its 5-95 % range within this share of its level
     uniform_classes: int = 100         # a loss frozen at ln(k), k up to this: a uniform guess over k outcomes
     uniform_tolerance: float = 1e-3    # ... to within this (absolute, in nats)
-    reward_gain_share: float = 0.25    # a reward median this share of its range higher after a length change: learning
     short_run: int = 10                # confidence: fewer records and bands rest on a handful of points
     long_run: int = 30                 # confidence: enough history for every rule's baseline
 

@@ -114,5 +114,31 @@ class RunSeries:
         return (self.resolve("policy_entropy") is not None
                 and not any("token_accuracy" in name for name in self._series))
 
+    def reward_gain_after(self, step) -> tuple[str, float, float] | None:
+        """(name, gain from ``step`` to the end, noise sigma) of the reward, or None if not logged
+        (or fewer than four records after ``step``): the gain is the median of the last quarter of
+        the records from ``step`` on minus that of their first quarter."""
+        found = self.resolve("reward_mean")
+        if found is None:
+            return None
+        name, r = found
+        r = r[np.isfinite(r.to_numpy())]
+        after = r[r.index >= step].to_numpy()
+        if len(after) < 4:
+            return None
+        k = max(2, len(after) // 4)
+        gain = float(np.median(after[-k:]) - np.median(after[:k]))
+        noise = float(np.median(np.abs(np.diff(r.to_numpy())))) * 1.4826 / np.sqrt(2) if len(r) > 2 else 0.0
+        return name, gain, noise
+
+    def reward_climbs_after(self, step) -> tuple[str, float, float] | None:
+        """``reward_gain_after`` when the reward kept climbing from ``step``: a gain over three noise
+        widths and over 2 % of its largest value (sharpening or learning, not a collapse)."""
+        gained = self.reward_gain_after(step)
+        if gained is None:
+            return None
+        name, gain, noise = gained
+        return gained if gain > max(3 * noise, 0.02 * max(abs(float(self.get(name).max())), 1e-9)) else None
+
     def matching(self, predicate) -> Iterable[tuple[str, pd.Series]]:
         return [(n, s) for n, s in self._series.items() if predicate(n)]

@@ -30,22 +30,6 @@ RULES.update(declare(ENTROPY_COLLAPSE, {
 }, damage=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction",)}))
 
 
-def reward_gain_after(run: RunSeries, step: int) -> tuple[str, float, float] | None:
-    """(name, gain from ``step`` to the end, noise sigma) of the reward, or None if not logged."""
-    found = run.resolve("reward_mean")
-    if found is None:
-        return None
-    name, r = found
-    r = r[np.isfinite(r.to_numpy())]
-    after = r[r.index >= step].to_numpy()
-    if len(after) < 4:
-        return None
-    k = max(2, len(after) // 4)
-    gain = float(np.median(after[-k:]) - np.median(after[:k]))
-    noise = float(np.median(np.abs(np.diff(r.to_numpy())))) * 1.4826 / np.sqrt(2) if len(r) > 2 else 0.0
-    return name, gain, noise
-
-
 def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
     """(start level, ceiling) when the reward rose to its maximum and most of its last quarter is
     *at* that maximum (within 1 %: a bounded reward saturated, every group at full marks), so it has
@@ -102,12 +86,12 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     shift = sustained_shift(s, -1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history,
                             window=max(5, len(s) // 10))
     onset = shift.onset_step if shift else int(s.index[int(np.argmax(vals < 0.5 * start))])
-    reward = reward_gain_after(run, onset)
+    reward = run.reward_gain_after(onset)
     text = (f"{name} fell from {fmt(start)} to {fmt(end)} ({fmt(100 * end / start)}% of its start, "
             f"limit {fmt(100 * cfg.entropy_floor_fraction)}%) from step {onset}")
     if reward is not None:
         rname, gain, noise = reward
-        if gain > max(3 * noise, 0.02 * max(abs(float(run.get(rname).max())), 1e-9)):
+        if run.reward_climbs_after(onset) is not None:
             return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_rising",
                             text + f"; {rname} still gained {fmt(gain)} afterwards (sharpening)")]
         ceiling = _at_ceiling(run.get(rname), noise)

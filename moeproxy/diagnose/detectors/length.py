@@ -26,7 +26,7 @@ RULES = declare(LENGTH_BLOWUP, {
     "length_with_reward": "answers lengthen (or hit the cap more often) while the reward climbs: learning, not a blow-up",
 }, damage=("length_pinned", "length_rise", "truncation_rise"),
    thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit",),
-               "length_max_at_cap": ("cap_from_start_share",), "length_with_reward": ("reward_gain_share",),
+               "length_max_at_cap": ("cap_from_start_share",),
                "length_pinned": ("pinned_records", "pinned_share", "length_mean_rise")})
 RULES.update(declare(DIVERGENCE, {
     "length_runaway": "responses run away to the cap while the grad norm spikes",
@@ -95,33 +95,16 @@ def _mean_length_up(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> bool | N
     return float(after.tail(3).median()) >= cfg.length_mean_rise * float(before.tail(max(3, len(after) * 2)).median())
 
 
-def _reward_climbs(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> str | None:
-    """Why a length change from ``onset`` is learning: the reward's median after it is above its
-    level just before (its last three records) by ``reward_gain_share`` of the reward's whole range (None: it is not, or no
-    reward is logged)."""
-    found = run.resolve("reward_mean")
-    if found is None:
-        return None
-    r = found[1][np.isfinite(found[1].to_numpy())]
-    before, after = r[r.index < onset].tail(3), r[r.index >= onset]  # the level it had just before
-    if len(before) < 2 or len(after) < 2:
-        return None
-    spread = float(r.max() - r.min())
-    gain = float(after.median() - before.median())
-    if spread <= 0 or gain < cfg.reward_gain_share * spread:
-        return None
-    return f"{found[0]} climbed from a median of {fmt(float(before.median()))} to {fmt(float(after.median()))}"
-
-
-def _unless_learning(run: RunSeries, finding: Finding, cfg: DiagnoseConfig) -> Finding:
+def _unless_learning(run: RunSeries, finding: Finding) -> Finding:
     """A length finding stays critical unless the reward climbs with it (LABELS.md: lasting damage
     is what a blow-up does; longer answers that score better are the policy learning)."""
-    why = _reward_climbs(run, finding.onset_step, cfg)
-    if why is None:
+    climbed = run.reward_climbs_after(finding.onset_step)
+    if climbed is None:
         return finding
+    name, gain, _ = climbed
     return Finding(LENGTH_BLOWUP, finding.onset_step, WARNING, finding.metric, "length_with_reward",
-                   f"{finding.evidence}; but {why} over the same stretch: answers lengthen as the policy "
-                   f"learns, not a blow-up")
+                   f"{finding.evidence}; but {name} gained {fmt(gain)} from there on: answers lengthen as the "
+                   f"policy learns, not a blow-up")
 
 
 @register_detector("length_blowup", "response length doubles or truncation rises above 10%")
@@ -164,7 +147,7 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             out.append(_unless_learning(run, Finding(
                 LENGTH_BLOWUP, shift.onset_step, CRITICAL, name, "length_rise",
                 f"{name} grew from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
-                f"from step {shift.onset_step} and stayed up"), cfg))
+                f"from step {shift.onset_step} and stayed up")))
     found = run.resolve("truncation_rate")
     if found:
         name, s = found
@@ -183,5 +166,5 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 out.append(_unless_learning(run, Finding(
                     LENGTH_BLOWUP, onset, CRITICAL, name, "truncation_rise",
                     f"{name} rose from {fmt(start)} to {fmt(end)} (limit {fmt(cfg.truncation_limit)}) from step "
-                    f"{onset}"), cfg))
+                    f"{onset}")))
     return out
