@@ -33,10 +33,11 @@ def ingest_and_diagnose(paths: list[Path], run: str | None, role: str, proxy_of:
     """Ingest, then diagnose and save findings for every run that received data; returns summary lines."""
     from moeproxy.diagnose import record
 
-    summaries, failures = record.ingest_and_diagnose(queries.store(), paths, run=run or None, role=role,
+    summaries, results = record.ingest_and_diagnose(queries.store(), paths, run=run or None, role=role,
                                                      proxy_of=proxy_of or None)
     # the data is in; a failed diagnosis can be retried from Triage
-    return [s.line() for s in summaries] + [f"{name}: not diagnosed ({why})" for name, why in failures.items()]
+    return [s.line() for s in summaries] + [f"{name}: not diagnosed ({why})" for name, why in results.items()
+                                            if isinstance(why, str)]
 
 
 GLANCE_LIMIT = 40  # runs drawn as sparklines (the first ones of the table)

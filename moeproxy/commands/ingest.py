@@ -38,12 +38,10 @@ def run(args) -> int:
     if args.diagnose:
         from moeproxy.diagnose.record import ingest_and_diagnose
 
-        summaries, failures = ingest_and_diagnose(partial(open_store, args), args.paths, **options)
-        store = open_store(args)
-        for run in sorted({s.run for s in summaries if not s.duplicate}):
-            verdicts[run] = ({"error": failures[run]} if run in failures else
-                             {k: v for k, v in (store.findings(run) or {}).items()
-                              if k in ("verdict", "onset_step", "confidence")})
+        summaries, results = ingest_and_diagnose(partial(open_store, args), args.paths, **options)
+        for run, result in results.items():
+            verdicts[run] = ({"error": result} if isinstance(result, str) else
+                             {k: result.get(k) for k in ("verdict", "onset_step", "confidence")})
     else:
         summaries = ingest_paths(partial(open_store, args), args.paths, **options)
     # every file of a directory that was not ingested is named, with its reason, in both forms

@@ -75,26 +75,32 @@ def record_in(tx, run_id: int, result: dict) -> None:
 
 def ingest_and_diagnose(store, paths, **options):
     """Ingest ``paths`` (``moeproxy.ingest.ingest_paths``' options), then diagnose and record every
-    run that received new data. Returns (the ingest summaries, run -> why it was not diagnosed);
-    the data stays in when a diagnosis fails (it can be run again later)."""
+    run that received new data. Returns (the ingest summaries, run -> its result or why it was not
+    diagnosed); the data stays in when a diagnosis fails (it can be run again later)."""
     from moeproxy.ingest import ingest_paths
 
     summaries = ingest_paths(store, paths, **options)
     target = store() if callable(store) else store
     runs = sorted({s.run for s in summaries if not s.duplicate})
-    return summaries, diagnose_and_record_all(target, runs)
+    return summaries, diagnose_and_record_each(target, runs)
+
+
+def diagnose_and_record_each(store, runs) -> dict[str, dict | str]:
+    """``diagnose_and_record`` each run: run -> its result, or why it was not diagnosed (a string;
+    a detector bug must not keep ingested data out: it can be diagnosed again later)."""
+    out: dict[str, dict | str] = {}
+    for run in runs:
+        try:
+            out[run] = diagnose_and_record(store, run)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, who shows it
+            out[run] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return out
 
 
 def diagnose_and_record_all(store, runs) -> dict[str, str]:
     """``diagnose_and_record`` each run; returns run -> why it was not diagnosed, for those that
-    failed (a detector bug must not keep ingested data out: it can be diagnosed again later)."""
-    failures = {}
-    for run in runs:
-        try:
-            diagnose_and_record(store, run)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller, who shows it
-            failures[run] = f"{type(exc).__name__}: {str(exc)[:300]}"
-    return failures
+    failed."""
+    return {run: why for run, why in diagnose_and_record_each(store, runs).items() if isinstance(why, str)}
 
 
 def _store_with_run(target: str, db: str | None):

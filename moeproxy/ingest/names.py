@@ -50,6 +50,8 @@ def canonical_of(original: str) -> tuple[str, int] | None:
 _MEANINGFUL_HEADS = frozenset({
     "val", "valid", "validation", "eval", "test", "critic", "ref", "reference", "value", "vf", "z",
     "aux", "max", "min", "std", "mtp", "kd", "teacher", "distill", "entropy", "reward", "kl", "pg",
+    # norms of something else than the gradient: ``param_norm``, ``weight_norm``, ``update_norm``
+    "param", "params", "weight", "weights", "update", "act", "activation", "embed", "embedding", "layer",
 })
 _HEAD = re.compile(r"^([A-Za-z0-9]+)[_/ \-](.+)$")
 

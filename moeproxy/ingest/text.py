@@ -183,14 +183,19 @@ def extract_pairs(text: str) -> dict[str, float]:
 
 
 def pairs_of_split(text: str) -> dict[str, float]:
-    """``extract_pairs``, with the keys of a record tagged as another split than training
-    (``val: loss = 3.3``) named for it (``val loss``) so they do not overwrite the training loss."""
-    record = extract_pairs(text)
-    m = SPLIT_TAG.search(text)
-    split = SPLIT_NAMES.get(m.group(1).lower()) if m else None
-    if not record or split is None:
-        return record
-    return {key if key.startswith(split) else f"{split} {key}": value for key, value in record.items()}
+    """``extract_pairs``, with the pairs after a split tag other than training (``val: loss = 3.3``)
+    named for it (``val loss``) so they do not overwrite the training loss; each tag names the pairs
+    up to the next one (``train: loss=1.0, val: loss=2.0``)."""
+    tags = list(SPLIT_TAG.finditer(text))
+    if not tags:
+        return extract_pairs(text)
+    record = extract_pairs(text[: tags[0].start()])
+    for tag, after in zip(tags, tags[1:] + [None]):
+        split = SPLIT_NAMES.get(tag.group(1).lower())
+        for key, value in extract_pairs(text[tag.end(): after.start() if after else len(text)]).items():
+            named = split is not None and not (key == split or key.startswith((f"{split} ", f"{split}_", f"{split}/")))
+            record[f"{split} {key}" if named else key] = value
+    return record
 
 
 def _strip(line: str) -> str:

@@ -102,6 +102,10 @@ def test_a_split_tag_names_the_records_metrics(tmp_path):
     wide = _wide(parse_file(log))
     # the validation record at the same step does not overwrite the training loss
     assert wide.loc[200, "loss"] == 0.92 and wide.loc[200, "val loss"] == 3.54
+    # each tag names the pairs up to the next one, on one line too
+    from moeproxy.ingest.text import pairs_of_split
+    assert pairs_of_split(" train: loss=1.0, val: loss=2.0, value_loss=0.3") == {
+        "loss": 1.0, "val loss": 2.0, "val value_loss": 0.3}
 
 
 def test_a_keras_epoch_header_dates_the_progress_line_after_it(tmp_path):
@@ -147,8 +151,18 @@ def test_ms_swift_logging_jsonl_is_json_lines_dated_by_its_progress_string(tmp_p
 
 def test_a_json_line_per_epoch_is_dated_by_its_epoch(tmp_path):
     log = tmp_path / "log.txt.jsonl"
-    log.write_text("".join(f'{{"train_loss": 11.090352058410645, "train_lr": {7e-5 - e * 1e-6}, "epoch": {e}}}\n'
-                           for e in range(251, 262)))
+    log.write_text('{"config": "dino_vits16", "seed": 0}\n'     # a header line without an epoch
+                   + "".join(f'{{"train_loss": 11.090352058410645, "train_lr": {7e-5 - e * 1e-6}, "epoch": {e}}}\n'
+                             for e in range(251, 262)))
     parsed = parse_file(log)
     assert sorted(parsed.frame["step"].unique()) == list(range(251, 262))
     assert "epoch" not in set(parsed.frame["metric"])
+
+
+def test_a_norm_of_something_else_is_not_the_grad_norm():
+    from moeproxy.ingest.names import canonical_of
+
+    assert canonical_of("norm")[0] == "grad_norm"            # llm.c prints the grad norm as 'norm'
+    assert canonical_of("baseline/grad_norm")[0] == "grad_norm"  # an arm label in front is dropped
+    for other in ("param_norm", "weight_norm", "actor/weight_norm", "update_norm"):
+        assert canonical_of(other) is None, other
