@@ -29,7 +29,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from moeproxy.ingest.names import CANONICAL
+from moeproxy.vocabulary import CANONICAL
 
 # per-side figures read from the logs: name in the fidelity JSON -> (metrics to try, reduction)
 COST_METRICS: dict[str, tuple[tuple[str, ...], str]] = {

@@ -570,12 +570,6 @@ class Transaction:
     def __init__(self, con) -> None:
         self.con = con
 
-    def source_with_sha(self, sha256: str) -> tuple[str, str] | None:
-        """(run, path) of an already-ingested file with this content, if any."""
-        return _first(self.con.execute(
-            "SELECT r.name, s.path FROM sources s JOIN runs r USING (run_id) WHERE s.sha256 = ? LIMIT 1", [sha256]
-        ))
-
     # -- many files in one transaction (``moeproxy.ingest.batch``): a few statements, not a few per file
     def sources_with_shas(self, shas: list[str]) -> dict[str, tuple[str, str]]:
         """sha256 -> (run, path) of the first-stored file with that content, for each of ``shas``
@@ -754,12 +748,8 @@ class Transaction:
     def add_metric_names(self, run_id: int, mapping: dict[str, str], known: dict[str, str] | None = None) -> None:
         """Record the names not yet recorded (``known``: the run's mapping, when read already)."""
         known = self.metric_mapping(run_id) if known is None else known
-        rows = [(run_id, stored, original) for original, stored in mapping.items() if original not in known]
-        if rows:
-            table = pa.table({"run_id": arrow_array(np.asarray([r[0] for r in rows], np.int32)),
-                              "metric": arrow_strings([r[1] for r in rows]),
-                              "original": arrow_strings([r[2] for r in rows])})
-            self._run_with("new_names", table, "INSERT INTO metric_names SELECT run_id, metric, original FROM new_names")
+        self.add_metric_name_rows([(run_id, stored, original) for original, stored in mapping.items()
+                                   if original not in known])
 
     def add_scalars(self, run_id: int, source_id: int, rows) -> None:
         """Bulk insert of rows (Columns or a long DataFrame) through Arrow (keeps NaN as NaN),

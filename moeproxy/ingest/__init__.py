@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from moeproxy.columns import Columns, as_columns
 from moeproxy.errors import InputError
 from moeproxy.ingest.batch import store_parsed
-from moeproxy.ingest.stored_rows import rows_to_store, write_rows  # noqa: F401  (the watcher's too)
+from moeproxy.ingest.stored_rows import rows_to_store  # noqa: F401  (the watcher's too)
 from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.registry import FORMATS, LogFormat, ParsedLog
 from moeproxy.ingest.table import RecordOutOfRange

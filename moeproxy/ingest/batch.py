@@ -115,7 +115,7 @@ class _Batch:
             latest, last = int(rows.attempt.max()), int(rows.step.max())
             state.latest = latest if state.latest is None else max(state.latest, latest)
             state.last_step = last if state.last_step is None else max(state.last_step, last)
-        pending.routing.append((state.run_id, index, routing))  # None: no expert loads (as ``write_rows``)
+        pending.routing.append((state.run_id, index, routing))  # None: no expert loads
         pending.rows += 0 if routing is None else len(routing)
         if len(rows) and (len(rows) > INDEX_FILE_ROWS or self.held_keys + len(rows) > INDEX_KEYS):
             # too many to hold: written now, and asked of the store from here on

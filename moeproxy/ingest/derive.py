@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from moeproxy.columns import Columns, as_columns
-from moeproxy.ingest.names import EXPERT_LOAD, SCALE
+from moeproxy.ingest.names import EXPERT_LOAD
+from moeproxy.vocabulary import SCALE
 
 if TYPE_CHECKING:
     import pandas as pd

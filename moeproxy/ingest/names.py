@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from moeproxy.vocabulary import ALIASES, CANONICAL, LAYER_PREFIX, SCALE  # noqa: F401  (re-exported)
+from moeproxy.vocabulary import ALIASES, LAYER_PREFIX
 
 # Prefixes that W&B/TensorBoard exports put in front of a framework's own names.
 _PREFIXES = ("train/", "train_", "training/")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from moeproxy.vocabulary import STEP_KEYS as VOCABULARY_STEP_KEYS
+from moeproxy.vocabulary import FRACTION_STEP_KEYS, STEP_KEYS as VOCABULARY_STEP_KEYS
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.prefixes import rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
@@ -45,8 +45,9 @@ def step_prefix(line: str):
 
 # the vocabulary's list, then the split-qualified counters printed dicts carry
 STEP_KEYS = VOCABULARY_STEP_KEYS + ("rollout/step", "eval/step")
-# ms-swift writes its step as a string: 'global_step/max_steps': '5/2169'
-SWIFT_STEP = re.compile(r"['\"]global_step/max_steps['\"]\s*:\s*['\"](\d+)/\d+['\"]")
+# a step written as a progress string (ms-swift: 'global_step/max_steps': '5/2169'), by the vocabulary's keys
+FRACTION_STEP = re.compile(r"['\"](?:" + "|".join(map(re.escape, FRACTION_STEP_KEYS))
+                           + r")['\"]\s*:\s*['\"](\d+)/\d+['\"]")
 
 
 def parse_printed_dicts(src: SourceFile) -> ParsedLog:
@@ -100,8 +101,8 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
             kind = (pm.group(1) or "").lower()
             if kind in ("perf", "eval"):
                 record = {(k if k.startswith(kind + "/") else f"{kind}/{k}"): v for k, v in record.items()}
-        elif "global_step/max_steps" in line and (swift := SWIFT_STEP.search(line)) is not None:
-            step = int(swift.group(1))
+        elif (fraction := FRACTION_STEP.search(line)) is not None:
+            step = int(fraction.group(1))
         elif in_record is not None:
             step = in_record  # as read: LogTable refuses inf or 1.5 (never rounds it)
         if not record:

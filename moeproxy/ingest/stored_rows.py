@@ -1,9 +1,9 @@
 """One file's parsed rows as its run stores them: expert loads moved to the routing table, names
 mapped as the run maps them, units applied, series derived, attempts offset past a restart.
 
-``rows_to_store`` decides, ``write_rows`` writes; ``moeproxy.ingest.batch`` (many files in one
-transaction) and the watcher (new lines of followed files) both call them, so a value is stored
-one way whichever path read it.
+``rows_to_store`` decides; ``moeproxy.ingest.batch`` (many files in one transaction) and the
+watcher (new lines of followed files) both call it before they write, so a value is stored one way
+whichever path read it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,3 @@ def rows_to_store(tx, run_id: int, rows, known: dict[str, str] | None = None, ex
             routing = routing.assign(attempt=routing["attempt"] + offset)
     return rows, routing, mapping | derived
 
-
-def write_rows(tx, run_id: int, source_id: int, rows, routing, names: dict[str, str]) -> None:
-    tx.add_metric_names(run_id, names)
-    tx.add_scalars(run_id, source_id, rows)
-    tx.add_routing(run_id, source_id, routing)  # None: no expert loads

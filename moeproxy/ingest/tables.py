@@ -26,9 +26,10 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
 from moeproxy.ingest.values import parse_number
+from moeproxy.vocabulary import STEP_KEYS
 
-STEP_NAMES = frozenset({"step", "steps", "iter", "iteration", "iterations", "global_step", "global step",
-                        "train/global_step", "epoch", "#", "it"})
+# the vocabulary's step keys, plus the column heads only a pasted table uses
+STEP_NAMES = frozenset({k.lower() for k in STEP_KEYS} | {"steps", "iterations", "global step", "epoch", "#", "it"})
 TAG = re.compile(r"^\s*\[[A-Za-z][\w.-]{0,40}\]\s?")
 RULE = re.compile(r"^[\s|:=+-]*-{2,}[\s|:=+-]*$")  # |---|---| or ----  -------
 WIDE = re.compile(r"\s{2,}|\t")
