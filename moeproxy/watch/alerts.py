@@ -180,7 +180,8 @@ class AlertSink:
         done = 0
         for alert in pending:
             if not self._write(alert):
-                self.unwritten += [a for a in pending if a not in self.unwritten]
+                # this one and those after it, in order; those written before it are done
+                self.unwritten = pending[done:]
                 return
             done += 1
         self._failing = False
