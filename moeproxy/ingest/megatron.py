@@ -219,7 +219,8 @@ def _child_part(src: SourceFile, start: int, stop: int) -> tuple[_Scan, str, dic
     last line decided there), the sha256 of the bytes parsed, and what it decided about the tail."""
     scan = _scan_range(src, start, stop, None)
     sha = src.sha256
-    return scan, sha, {k: getattr(src, k) for k in ("parsed_end", "warnings", "_tail_decided", "_tail_bytes")}
+    return scan, sha, {k: getattr(src, k) for k in ("parsed_end", "warnings", "_tail_decided", "_tail_bytes",
+                                                      "nul_runs")}
 
 
 # Files at least this large are parsed in two processes on a machine with two or more free cores.
@@ -255,7 +256,10 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
         try:
             rest, sha, decided = second.result()
             for key, value in decided.items():
-                setattr(src, key, value)
+                if key == "nul_runs":  # the child's runs (second part and its hash) beside the parent's
+                    src.nul_runs.extend(r for r in value if r not in src.nul_runs)
+                else:
+                    setattr(src, key, value)
             src.set_sha256(sha)
         except InputError:
             raise

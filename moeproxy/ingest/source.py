@@ -121,7 +121,7 @@ class SourceFile:
         reader hashed them on the way."""
         if self._sha256 is None:
             h = hashlib.sha256()
-            with _RangeReader(self, 0, self.end) as raw:
+            with _RangeReader(self, 0, self.end, check_nul=False) as raw:  # the file's own bytes, NULs too
                 while chunk := raw.read(1 << 20):
                     h.update(chunk)
             self.set_sha256(h.hexdigest())
@@ -425,7 +425,7 @@ class _RangeReader(io.RawIOBase):
             start, stop = self._pos + at, self._pos + end
             if runs and runs[-1][1] == start:
                 runs[-1][1] = stop
-            else:
+            elif not any(a <= start and stop <= b for a, b in runs):  # a second read of the same bytes
                 runs.append([start, stop])
             at = data.find(b"\x00", end)
         chunk[:] = data.replace(b"\x00", b"\n")

@@ -91,3 +91,17 @@ def test_iteration_head_agrees_with_the_regex(line):
     m = megatron.ITERATION.search(line, at)
     expected = (int(m.group(1)), m.group(2)) if m else None
     assert megatron._iteration_head(line, at) == expected
+
+
+def test_crash_padding_keeps_the_files_own_hash_and_its_warning_on_both_paths(tmp_path, monkeypatch):
+    import hashlib
+
+    lines = [_iteration(it) for it in range(1, 301)]
+    path = tmp_path / "padded.log"
+    path.write_bytes(("\n".join(lines[:250]) + "\n").encode() + b"\0" * 64 + ("\n".join(lines[250:]) + "\n").encode())
+    real = hashlib.sha256(path.read_bytes()).hexdigest()
+    parallel, sequential = _both(path, monkeypatch)
+    for parsed in (parallel, sequential):
+        assert parsed.sha256 == real  # duplicates are found by the file's bytes, NULs included
+        assert sum("NUL byte(s)" in w for w in parsed.warnings) == 1, parsed.warnings
+    pd.testing.assert_frame_equal(parallel.frame, sequential.frame)
