@@ -116,3 +116,22 @@ STEP_KEYS: tuple[str, ...] = (
 FRACTION_STEP_KEYS: tuple[str, ...] = ("global_step/max_steps",)
 
 LAYER_PREFIX = "routing_entropy/layer_"
+
+# Record kinds and split tags (a JSON line's ``"type": "eval"``, a text line's ``val: loss = 3.3``):
+# training records keep their names; validation and evaluation ones are named ``val/<name>`` and
+# ``eval/<name>``, whichever reader found them, so that they never overwrite the training series.
+TRAIN_KINDS = frozenset({"train", "training", "trainer", "update", "optim", "optimizer", "step", "metrics",
+                         "log", "rollout", "rollouts", "generation", "sampling"})
+VAL_KINDS = frozenset({"val", "valid", "validation"})
+EVAL_KINDS = VAL_KINDS | {"eval", "evaluation", "test", "heldout"}
+
+
+def split_prefix(kind: str) -> str | None:
+    """The name prefix of a split or record kind: "" for training, ``val/`` or ``eval/`` for
+    held-out data, None for another kind (the caller decides)."""
+    kind = kind.strip().lower()
+    if kind in TRAIN_KINDS:
+        return ""
+    if kind in EVAL_KINDS:
+        return "val/" if kind in VAL_KINDS else "eval/"
+    return None

@@ -24,7 +24,7 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
 
-from moeproxy.vocabulary import FRACTION_STEP_KEYS, STEP_KEYS  # the one list: csv and printed dicts read it too
+from moeproxy.vocabulary import EVAL_KINDS, FRACTION_STEP_KEYS, STEP_KEYS, TRAIN_KINDS, split_prefix  # the one list: csv and printed dicts read it too
 
 FRACTION = re.compile(r"^\s*(\d+)\s*/\s*\d+\s*$")
 
@@ -33,11 +33,8 @@ FRACTION = re.compile(r"^\s*(\d+)\s*/\s*\d+\s*$")
 # metrics are named "<kind>/<name>" so that an eval record's reward is not read as the training
 # reward; configuration and summary records carry no series and are skipped.
 KIND_KEYS = ("type", "split", "kind", "phase", "mode", "record_type", "event")
-TRAIN_KINDS = frozenset({"train", "training", "trainer", "update", "optim", "optimizer", "step", "metrics",
-                         "log", "rollout", "rollouts", "generation", "sampling"})
 SKIP_KINDS = frozenset({"config", "args", "arguments", "hparams", "hyperparameters", "meta", "metadata",
                         "summary", "final", "header", "setup", "init"})
-EVAL_KINDS = frozenset({"eval", "evaluation", "val", "valid", "validation", "test", "heldout"})
 
 
 def _loads(text: str):
@@ -169,7 +166,6 @@ def record_kind(record: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
-VAL_KINDS = frozenset({"val", "valid", "validation"})
 LOOKAHEAD = 5000  # records read ahead to learn which kinds a file holds and whether it counts steps
 
 
@@ -177,10 +173,9 @@ def _kind_prefix(kind: str, kinds: set[str]) -> str | None:
     """The name prefix of a record kind: "" for the training records, None to skip the record."""
     if kind in SKIP_KINDS:
         return None
-    if kind in TRAIN_KINDS:
-        return ""
-    if kind in EVAL_KINDS:
-        return "val/" if kind in VAL_KINDS else "eval/"
+    known = split_prefix(kind)
+    if known is not None:
+        return known
     # the one kind that is not eval or config, when no training kind is named (a rollout-only log)
     return "" if not (kinds & TRAIN_KINDS) and len(kinds - SKIP_KINDS - EVAL_KINDS) == 1 else f"{kind}/"
 

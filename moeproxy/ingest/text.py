@@ -23,6 +23,7 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import LogTable
 from moeproxy.ingest.values import NONFINITE_WORDS
+from moeproxy.vocabulary import split_prefix
 
 STEP = re.compile(
     r"(?<![\w/])(?:global[_ ]step|train[_/]step|num_updates|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
@@ -70,8 +71,6 @@ SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s{2,}|\t")
 # metrics are that split's, not the training ones printed at the same step
 SPLIT_TAG = re.compile(r"(?<![\w/])(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s*:\s*(?=[A-Za-z_])",
                        re.IGNORECASE)
-SPLIT_NAMES = {"val": "val", "valid": "val", "validation": "val", "eval": "eval", "evaluation": "eval",
-               "test": "test"}
 
 
 def _number(text: str) -> float:
@@ -184,17 +183,16 @@ def extract_pairs(text: str) -> dict[str, float]:
 
 def pairs_of_split(text: str) -> dict[str, float]:
     """``extract_pairs``, with the pairs after a split tag other than training (``val: loss = 3.3``)
-    named for it (``val loss``) so they do not overwrite the training loss; each tag names the pairs
+    named for it as every reader names them (``val/loss``: ``moeproxy.vocabulary.split_prefix``) so they do not overwrite the training loss; each tag names the pairs
     up to the next one (``train: loss=1.0, val: loss=2.0``)."""
     tags = list(SPLIT_TAG.finditer(text))
     if not tags:
         return extract_pairs(text)
     record = extract_pairs(text[: tags[0].start()])
     for tag, after in zip(tags, tags[1:] + [None]):
-        split = SPLIT_NAMES.get(tag.group(1).lower())
+        prefix = split_prefix(tag.group(1)) or ""
         for key, value in extract_pairs(text[tag.end(): after.start() if after else len(text)]).items():
-            named = split is not None and not (key == split or key.startswith((f"{split} ", f"{split}_", f"{split}/")))
-            record[f"{split} {key}" if named else key] = value
+            record[key if key.startswith(prefix) else prefix + key] = value
     return record
 
 
