@@ -54,9 +54,9 @@ def _kind_refused(mode: int) -> str | None:
     if stat.S_ISDIR(mode):
         return "is a directory; name a file"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "is a device, not a file"
+        return "is a device, not a regular file"
     if stat.S_ISFIFO(mode):
-        return "is a FIFO, not a file"
+        return "is a FIFO, not a regular file"
     if stat.S_ISSOCK(mode):
         return "is a socket, not a file"
     if not stat.S_ISREG(mode):
@@ -92,13 +92,15 @@ def check_target(path: str | os.PathLike, what: str = "output") -> Path:
             except FileNotFoundError:
                 ancestor = ancestor.parent
         if not stat.S_ISDIR(ancestor_mode):
-            raise _refuse(what, path, f"is under {_display(ancestor, 80)}, which is a file, not a folder")
+            raise _refuse(what, path, f"is under {_display(ancestor, 80)}: a folder on its path is a file")
         limit = _name_max(ancestor)
         long = next((part for part in target.parts if len(os.fsencode(part)) > limit), None)
         if long is not None:
             raise _refuse(what, path, f"a name is longer than {limit} bytes ({_display(long, 40)})")
         if not os.access(ancestor, os.W_OK | os.X_OK):
-            raise _refuse(what, path, f"the folder {_display(ancestor, 80)} is not writable")
+            read_only = bool(os.statvfs(ancestor).f_flag & os.ST_RDONLY)
+            why = os.strerror(errno.EROFS if read_only else errno.EACCES)
+            raise _refuse(what, path, f"cannot be written ({why}): the folder {_display(ancestor, 80)} is not writable")
     except OSError as exc:  # ENOTDIR, ENAMETOOLONG, EACCES, ELOOP ...
         raise _refuse(what, path, _reason(exc)) from None
     except ValueError as exc:
@@ -108,7 +110,7 @@ def check_target(path: str | os.PathLike, what: str = "output") -> Path:
 
 def _reason(exc: OSError) -> str:
     if exc.errno == errno.ENOTDIR:
-        return "is under a file, not a folder"
+        return "is under a file: a folder on its path is a file"
     return exc.strerror or str(exc)
 
 

@@ -23,36 +23,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moeproxy.errors import InputError
+from moeproxy.outputs import check_target
 from moeproxy.terminal import shown
 
 
 def check_alerts_path(given: str, watched: list[str]) -> Path:
-    """The absolute alerts path, after the checks of the module docstring (InputError otherwise)."""
-    text = str(given)
-    if not text.strip() or "\0" in text:
-        raise InputError(f"--alerts {shown(repr(text))}: not a usable file name")
-    path = Path(text).expanduser().absolute()
+    """The absolute alerts path, after the checks of the module docstring (InputError otherwise):
+    what any output path must pass (``moeproxy.outputs.check_target``), then what only the alerts
+    file must: not a log this watcher follows, and openable for appending without blocking."""
+    path = check_target(Path(str(given)).expanduser().absolute(), "--alerts") if str(given).strip() else None
+    if path is None:
+        raise InputError(f"--alerts {shown(repr(str(given)))}: not a usable file name")
     name = f"--alerts {shown(path)}"
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
-        _check_missing_folders(path, name)
-    except NotADirectoryError:
-        raise InputError(f"{name}: a folder on its path is a file") from None
-    except OSError as exc:  # a symlink loop, a name too long, a folder that cannot be searched
+    except OSError as exc:  # a symlink loop, a folder that cannot be searched
         raise InputError(f"{name}: cannot be used ({exc.strerror or exc})") from None
-    if st is not None:
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{name}: is a directory; --alerts needs a file (e.g. {shown(path / 'alerts.jsonl')})")
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{name}: not a regular file (a FIFO, a device or a socket); --alerts needs a file")
     _check_not_followed(path, st, watched, name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{name}: cannot create its folder ({exc.strerror or exc})") from None
-    try:  # non-blocking: a FIFO put there since the stat above answers at once
+    try:  # non-blocking: a FIFO put there since the check above answers at once
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         why = "a FIFO" if exc.errno == errno.ENXIO else (exc.strerror or str(exc))
@@ -63,19 +57,6 @@ def check_alerts_path(given: str, watched: list[str]) -> Path:
     finally:
         os.close(fd)
     return path
-
-
-def _check_missing_folders(path: Path, name: str) -> None:
-    for parent in path.parents:
-        try:
-            st = os.stat(parent)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise InputError(f"{name}: cannot be used ({exc.strerror or exc})") from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{name}: {shown(parent)} on its path is a file, not a folder")
-        return
 
 
 def _check_not_followed(path: Path, st: os.stat_result | None, watched: list[str], name: str) -> None:
