@@ -144,6 +144,10 @@ def read_series(frame: pd.DataFrame) -> pd.DataFrame:
 _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 
 
+class OutputError(InputError):
+    """An export's output could not be written (``str``: the reason, without the path)."""
+
+
 class Store:
     def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 15.0) -> None:
         self.lock_timeout = lock_timeout
@@ -465,7 +469,7 @@ class Store:
         kind = {".csv": "csv", ".parquet": "parquet"}.get(target.suffix.lower())
         if kind is None:
             raise InputError(f"{target}: export writes .csv or .parquet files")
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)  # a library caller's new folder (the CLI's exists)
         with self.read() as con:
             run_id = int(self._run_id(con, run))  # an int: safe to place in the statement
             rows = f"SELECT metric, step, attempt, rank, value FROM scalars WHERE run_id = {run_id}"
@@ -485,7 +489,14 @@ class Store:
                 ORDER BY s.metric, {order}
                 """
             )
-            rel.write_csv(str(target)) if kind == "csv" else rel.write_parquet(str(target))
+            try:
+                rel.write_csv(str(target)) if kind == "csv" else rel.write_parquet(str(target))
+            except duckdb.IOException as exc:
+                # writing the output failed (a full disk), not reading the store: the output's fault,
+                # named as such (the caller names the file the user gave)
+                reason = "No space left on device" if "space left" in str(exc).lower() else \
+                    " ".join(str(exc).replace(str(target), "it").split())[:300]
+                raise OutputError(reason) from None
             return int(_first(con.execute(f"SELECT count(*) FROM ({body})"))[0])
 
     # -- writes that are not ingests --------------------------------------------------------

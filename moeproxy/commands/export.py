@@ -19,9 +19,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import duckdb
-
-    from moeproxy.errors import InputError, MoeproxyError
+    from moeproxy.errors import InputError
+    from moeproxy.store import OutputError
     from moeproxy.outputs import atomic_path, check_target
     from moeproxy.terminal import shown
 
@@ -32,12 +31,7 @@ def run(args) -> int:
     with atomic_path(args.to, "export") as temp:  # DuckDB writes the temporary file; renamed when whole
         try:
             rows = store.export(args.run, temp, series=args.series)
-        except (MoeproxyError, duckdb.Error) as exc:
-            if temp.name not in str(exc):
-                raise
-            # DuckDB failed writing the output (a full disk), not reading the store: name the output
-            reason = "No space left on device" if "space left" in str(exc).lower() else \
-                " ".join(str(exc).replace(str(temp), "it").split())[:300]
-            raise InputError(f"export {shown(args.to)}: {reason}; nothing was written") from None
+        except OutputError as exc:  # writing the output failed (a full disk): name the file given
+            raise InputError(f"export {shown(args.to)}: {exc}; nothing was written") from None
     print(f"wrote {rows} rows of run {shown(args.run)!r} to {shown(args.to)}")
     return 0
