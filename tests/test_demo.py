@@ -52,20 +52,3 @@ def test_bundled_demo_loads(tmp_path):
     result = load_demo(store)
     assert result.loaded and not result.warnings
     assert (store.runs()["role"] == "proxy").any()
-
-
-def test_the_bundled_demo_pairs_read_today_as_their_recorded_fidelity_says():
-    """Each bundled scenario's fidelity.json was written when its runs were made; the diagnosis of
-    today must still give the full and the proxy run the verdicts it recorded (the dashboard shows
-    both, side by side)."""
-    import json
-
-    from moeproxy.diagnose.record import diagnose_target
-
-    scenarios = sorted(p.parent for p in Path(DEMO_DIR).glob("*/fidelity.json"))
-    assert len(scenarios) >= 5
-    for folder in scenarios:
-        recorded = json.loads((folder / "fidelity.json").read_text())
-        for side in ("full", "proxy"):
-            _, result, _ = diagnose_target(str(folder / f"{side}.jsonl"), db=":memory:")
-            assert result["verdict"] == recorded[side]["verdict"], (folder.name, side, result["verdict"])

@@ -181,11 +181,7 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
         # a ramp's stretch before the exceedance carries a fair share of the move (a noisy dip
         # before a step does not)
         share = 0.25 * direction * (v[t] - med[t])
-        # and every record pulled in is beyond all the healthy stretch before it showed: a value
-        # the run already reached while healthy is not where the anomaly became visible
-        seen = float(np.max(direction * v[max(0, kn - local):kn])) if kn > 0 else -np.inf
-        fresh = bool(np.all(direction * v[kn:k] > seen + scale))
-        if max(limit, min_history) <= kn < k and moved > max(scale, 0.15 * min_delta, share) and fresh:
+        if max(limit, min_history) <= kn < k and moved > max(scale, 0.15 * min_delta, share):
             k = kn
     return k
 
