@@ -69,6 +69,13 @@ def step_range(db: str, version: int, run: str, metrics: tuple[str, ...]) -> tup
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def comparable_runs(db: str, version: int, run: str) -> list[str]:
+    from moeproxy.reference import comparable_runs as _comparable
+
+    return _comparable(Store(db), run)
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def heatmap(db: str, version: int, run: str, lo: int | None, hi: int | None) -> pd.DataFrame:
     from moeproxy.downsample import layer_heatmap
 
@@ -105,14 +112,21 @@ def live_runs(db: str) -> frozenset[str]:
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
-def reference_bands(db: str, healthy: tuple[str, ...], run: str, metrics: tuple[str, ...], by: str,
+def reference_bands(db: str, references: tuple[str, ...], run: str, metrics: tuple[str, ...], by: str,
                     bins: int) -> dict[str, pd.DataFrame]:
-    """metric -> the healthy runs' band (``moeproxy.reference``: by "step", ``bins`` steps per bin, or
-    by "fraction" of the run in ``bins`` bins), this run excluded; metrics no healthy run has are left
-    out. Cached per set of healthy runs (``healthy``), not per data version: a live run's refreshes
-    reuse it."""
+    """metric -> the band of the ``references`` runs (``moeproxy.reference``: by "step", ``bins``
+    steps per bin, or by "fraction" of the run in ``bins`` bins), this run excluded; metrics none of
+    them has are left out. Cached per set of reference runs, not per data version: a live run's
+    refreshes reuse it."""
     from moeproxy.reference import reference_band
 
     store = Store(db)
-    bands = {m: reference_band(store, m, exclude=run, by=by, bins=bins) for m in metrics}
+    bands = {m: reference_band(store, m, exclude=run, by=by, bins=bins, runs=list(references)) for m in metrics}
     return {m: b for m, b in bands.items() if not b.empty}
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def step_times(db: str, version: int, run: str) -> pd.DataFrame:
+    from moeproxy.downsample import step_times as _step_times
+
+    return _step_times(Store(db), run)

@@ -315,3 +315,20 @@ def layer_heatmap(store: Store, run: str, prefix: str = LAYER_PREFIX, lo: int | 
             f"SELECT metric, step, value FROM ({series_sql(_HEATMAP_SCAN)}) WHERE latest"
         sql = _HEATMAP_SQL.format(rows=rows, bucket=bucket_sql(int(lo), int(hi), int(buckets)))
         return con.execute(sql, {**params, "lo": int(lo), "hi": int(hi), "buckets": int(buckets)}).df()
+
+
+def step_times(store: Store, run: str, lo: int | None = None, hi: int | None = None) -> pd.DataFrame:
+    """step, wall_time (seconds since the epoch: the earliest logged at that step) of a run, for a
+    wall-clock x axis; empty when the log carries no times."""
+    with store.read() as con:
+        run_id = store.run_id(con, run)
+        where = "run_id = $run AND wall_time IS NOT NULL AND isfinite(wall_time)"
+        params: dict = {"run": run_id}
+        if lo is not None:
+            where += " AND step >= $lo"
+            params["lo"] = int(lo)
+        if hi is not None:
+            where += " AND step <= $hi"
+            params["hi"] = int(hi)
+        return con.execute(f"SELECT step, min(wall_time) AS wall_time FROM scalars WHERE {where} "
+                           "GROUP BY step ORDER BY step", params).df()

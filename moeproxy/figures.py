@@ -19,7 +19,6 @@ import math
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 TRIAGE_PANELS = ["grad_norm", "loss", "routing_entropy"]
 LOG_AXIS_METRICS = {"grad_norm", "loss_scale"}
@@ -39,6 +38,7 @@ OTHER_VERDICT_COLOUR = "blue"  # a category that is not ours (a user's detector)
 COLOUR_HEX = {"green": "#2e7d32", "red": "#c62828", "orange": "#ef6c00", "violet": "#6a1b9a", "blue": "#1565c0",
               "gray": "#888888"}
 RUN_COLOURS = {"full": "#1f77b4", "proxy": "#ff7f0e"}
+OTHER_RUN_COLOURS = ("#2ca02c", "#17becf", "#e377c2", "#bcbd22", "#7f7f7f", "#393b79")
 
 
 def verdict_colour(verdict: str | None) -> str:
@@ -98,6 +98,56 @@ def _marker_y(kind: str, bounds: tuple[float, float] | None, log_axis: bool) -> 
     return lo if kind == "-inf" else hi
 
 
+# Each metric its own colour (a run's panels), from a qualitative palette without the reds, purples and
+# browns of the non-finite markers and without the verdict line's red.
+METRIC_PALETTE = ("#1f77b4", "#2ca02c", "#ff7f0e", "#17becf", "#e377c2", "#bcbd22", "#7f7f7f", "#393b79",
+                  "#637939", "#8c6d31")
+
+
+def metric_colour(index: int) -> str:
+    return METRIC_PALETTE[index % len(METRIC_PALETTE)]
+
+
+def _axis(row: int) -> str:
+    """The y axis of panel ``row`` (1-based) as a trace names it: y, y2, y3 ..."""
+    return "y" if row == 1 else f"y{row}"
+
+
+def _stacked(rows: int, titles: list[str]) -> go.Figure:
+    """One x axis under ``rows`` stacked y axes (panels), so hover reads every panel at one step
+    (``hoversubplots``), zoom and pan move all panels together, and a box drawn on any panel is a
+    step range. Panel titles sit above each panel, left."""
+    gap = 0.06 if rows > 1 else 0.0
+    height = (1.0 - gap * (rows - 1)) / rows
+    layout: dict = {"xaxis": {"anchor": _axis(rows), "domain": [0.0, 1.0]}}
+    annotations = []
+    for row in range(1, rows + 1):
+        top = 1.0 - (row - 1) * (height + gap)
+        layout["yaxis" if row == 1 else f"yaxis{row}"] = {"domain": [max(0.0, top - height), top], "anchor": "x"}
+        annotations.append({"text": f"<b>{plotly_text(titles[row - 1])}</b>", "x": 0.0, "xref": "paper",
+                            "xanchor": "left", "y": top, "yref": "paper", "yanchor": "bottom", "showarrow": False,
+                            "font": {"size": 12}, "name": "panel title"})
+    fig = go.Figure(layout=layout)
+    for a in annotations:
+        fig.add_annotation(**a)
+    return fig
+
+
+def _add(fig: go.Figure, trace, row: int) -> None:
+    trace.update(xaxis="x", yaxis=_axis(row))
+    fig.add_trace(trace)
+
+
+def _yaxis(fig: go.Figure, row: int, **settings) -> None:
+    fig.layout["yaxis" if row == 1 else f"yaxis{row}"].update(**settings)
+
+
+def _x_values(frame: pd.DataFrame, x: str) -> np.ndarray:
+    if x == "wall_time":  # seconds since the epoch -> datetimes (plotly draws a date axis)
+        return pd.to_datetime(frame["wall_time"], unit="s", utc=True).dt.tz_localize(None).to_numpy()
+    return frame[x].to_numpy()
+
+
 def _add_metric_traces(fig: go.Figure, frame: pd.DataFrame, row: int, *, name: str, colour: str,
                        x: str = "step", smoothing: float | None = None, log_axis: bool = False,
                        show_legend: bool = True, legend_group: str | None = None,
@@ -110,47 +160,51 @@ def _add_metric_traces(fig: go.Figure, frame: pd.DataFrame, row: int, *, name: s
     finite = latest[latest["kind"] == "finite"]
     # gaps at non-finite steps: a NaN in the y array breaks the line exactly there
     line = latest.assign(value=latest["value"].where(latest["kind"] == "finite"))
-    fig.add_trace(go.Scatter(
-        x=line[x].to_numpy(), y=line["value"].to_numpy(), mode="lines", name=name, legendgroup=group,
+    _add(fig, go.Scatter(
+        x=_x_values(line, x), y=line["value"].to_numpy(), mode="lines", name=name, legendgroup=group,
         showlegend=show_legend, line={"color": colour, "width": 1.2},
         opacity=0.45 if smoothing else 1.0,
-        hovertemplate=f"{name}<br>step %{{customdata}}<br>%{{y:.6g}}<extra></extra>",
+        hovertemplate=f"{name} %{{y:.6g}} (step %{{customdata}})<extra></extra>",
         customdata=line["step"].to_numpy(),
-    ), row=row, col=1)
+    ), row)
     if smoothing and not finite.empty:
-        fig.add_trace(go.Scatter(
-            x=finite[x].to_numpy(), y=ema_debiased(finite["step"].to_numpy(), finite["value"].to_numpy(), smoothing),
+        _add(fig, go.Scatter(
+            x=_x_values(finite, x), y=ema_debiased(finite["step"].to_numpy(), finite["value"].to_numpy(), smoothing),
             mode="lines", name=f"{name} (EMA {smoothing:g})", legendgroup=group, showlegend=show_legend,
-            line={"color": colour, "width": 2.2},
-        ), row=row, col=1)
+            line={"color": colour, "width": 2.2}, hovertemplate=f"{name} EMA %{{y:.6g}}<extra></extra>",
+        ), row)
     for attempt, old in frame[~frame["latest"]].groupby("attempt"):
         old = old.sort_values("step")
-        fig.add_trace(go.Scatter(
-            x=old[x].to_numpy(), y=old["value"].where(old["kind"] == "finite").to_numpy(), mode="lines",
+        _add(fig, go.Scatter(
+            x=_x_values(old, x), y=old["value"].where(old["kind"] == "finite").to_numpy(), mode="lines",
             name=f"{name} attempt {attempt} (overwritten)", legendgroup=group, showlegend=show_legend,
             line={"color": colour, "width": 1, "dash": "dot"}, opacity=0.5,
-        ), row=row, col=1)
+        ), row)
     bounds = marker_bounds or _finite_bounds(frame)
     for kind, (label, symbol, marker_colour) in NONFINITE_MARKERS.items():
         points = frame[frame["kind"] == kind]
         if points.empty:
             continue
         y = np.full(len(points), _marker_y(kind, bounds, log_axis))
-        fig.add_trace(go.Scatter(
-            x=points[x].to_numpy(), y=y, mode="markers", name=f"{name} {label}", legendgroup=group,
+        _add(fig, go.Scatter(
+            x=_x_values(points, x), y=y, mode="markers", name=f"{name} {label}", legendgroup=group,
             showlegend=show_legend, marker={"symbol": symbol, "size": 10, "color": marker_colour,
                                             "line": {"width": 1, "color": "black"}},
             customdata=points["step"].to_numpy(),
-            hovertemplate=f"{name} = {label}<br>step %{{customdata}}<extra></extra>",
-        ), row=row, col=1)
+            hovertemplate=f"{name} = {label} (step %{{customdata}})<extra></extra>",
+        ), row)
+
+
+LABEL_PX = 15  # one onset label's height in the strip above the panels
 
 
 def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, prefix: str = "",
-                  colour: str = "#d62728", label_row: int = 0) -> None:
+                  colour: str = "#d62728", label_row: int = 0) -> int:
     """Vertical onset lines across all panels (the verdict's solid, other findings dashed), labelled
-    once at the top of the figure, labels stacked so close onsets stay readable."""
+    in a strip above the panels (never on the data), one label per line of the strip; returns the
+    number of strip lines used (the caller makes room for them in the top margin)."""
     if not findings:
-        return
+        return 0
     verdict_onset = findings.get("onset_step")
     seen: dict[tuple, int] = {}
     for finding in findings.get("findings", []):
@@ -161,13 +215,18 @@ def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, 
         seen[key] = len(seen)
         is_root = finding["category"] == findings.get("verdict") and onset == verdict_onset
         x = x_of_step(onset)
-        fig.add_vline(x=x, line_width=2 if is_root else 1, line_dash="solid" if is_root else "dash",
-                      line_color=colour if is_root else "#7f7f7f", opacity=0.9)
+        if x is None:
+            continue
+        fig.add_shape(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="paper", layer="below",
+                      line={"width": 2 if is_root else 1, "dash": "solid" if is_root else "dash",
+                            "color": colour if is_root else "#7f7f7f"}, opacity=0.9)
         fig.add_annotation(
-            x=x, y=1.0, xref="x", yref="paper", yanchor="top", xanchor="left", showarrow=False,
-            yshift=-14 * (seen[key] + label_row), text=plotly_text(f"{prefix}{finding['category']} @ {onset}"),
-            font={"size": 10, "color": colour if is_root else "#555"}, bgcolor="rgba(255,255,255,0.75)",
+            x=x, y=1.0, xref="x", yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+            yshift=LABEL_PX * (seen[key] + label_row) + 18,
+            text=plotly_text(f"{prefix}{finding['category']} @ {onset}"), name="onset label",
+            font={"size": 10, "color": colour if is_root else "#777"},
         )
+    return len(seen)
 
 
 BAND_COLOUR = "rgba(46, 125, 50, {alpha})"  # healthy green, faint: behind the run's own line
@@ -175,77 +234,120 @@ BAND_COLOUR = "rgba(46, 125, 50, {alpha})"  # healthy green, faint: behind the r
 
 def _add_reference_band(fig: go.Figure, band: pd.DataFrame, row: int, span: tuple[int, int] | None,
                         show_legend: bool) -> None:
-    """The healthy runs' 5-95 % band and median (``moeproxy.reference.reference_band``) behind a
-    run's line: positions are steps, or, with this run's step ``span``, fractions of the run."""
+    """The comparable healthy runs' 5-95 % band and median (``moeproxy.reference.reference_band``)
+    behind a run's line: positions are steps, or, with this run's step ``span``, fractions of the run."""
     if band is None or band.empty:
         return
     x = band["position"].to_numpy(np.float64)
     if span is not None:
         x = span[0] + x * (span[1] - span[0])
     runs = band["runs"].to_numpy()
-    fig.add_trace(go.Scatter(x=x, y=band["p95"].to_numpy(), mode="lines", line={"width": 0},
-                             hoverinfo="skip", showlegend=False, legendgroup="reference"), row=row, col=1)
-    fig.add_trace(go.Scatter(
+    _add(fig, go.Scatter(x=x, y=band["p95"].to_numpy(), mode="lines", line={"width": 0},
+                         hoverinfo="skip", showlegend=False, legendgroup="reference"), row)
+    _add(fig, go.Scatter(
         x=x, y=band["p05"].to_numpy(), mode="lines", line={"width": 0}, fill="tonexty",
         fillcolor=BAND_COLOUR.format(alpha=0.15), name="healthy runs 5-95 %", legendgroup="reference",
-        showlegend=show_legend, hoverinfo="skip"), row=row, col=1)
-    fig.add_trace(go.Scatter(
+        showlegend=show_legend, hoverinfo="skip"), row)
+    _add(fig, go.Scatter(
         x=x, y=band["median"].to_numpy(), mode="lines", line={"color": BAND_COLOUR.format(alpha=0.7), "width": 1,
                                                                  "dash": "dash"},
         name="healthy runs median", legendgroup="reference", showlegend=show_legend, customdata=runs,
-        hovertemplate="healthy median %{y:.6g} (%{customdata} runs)<extra></extra>"), row=row, col=1)
+        hovertemplate="healthy median %{y:.6g} (%{customdata} runs)<extra></extra>"), row)
+
+
+def _y_range(values, log_axis: bool) -> list[float] | None:
+    """The y range that shows every finite value given (the run's own points, never a band's), with
+    a margin; in log10 units on a log axis. None when there is nothing to range over."""
+    v = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in values]) if values else np.empty(0)
+    v = v[np.isfinite(v)]
+    if log_axis:
+        v = v[v > 0]
+        if v.size == 0:
+            return None
+        lo, hi = float(np.log10(v.min())), float(np.log10(v.max()))
+        pad = max(0.05 * (hi - lo), 0.05)
+    else:
+        if v.size == 0:
+            return None
+        lo, hi = float(v.min()), float(v.max())
+        pad = 0.06 * (hi - lo) if hi > lo else max(abs(hi) * 0.05, 0.5)
+    return [lo - pad, hi + pad]
 
 
 def triage_figure(series: pd.DataFrame, metrics: list[str], findings: dict | None = None,
                   smoothing: float | None = None, title: str | None = None,
-                  bands: dict[str, pd.DataFrame] | None = None, span: tuple[int, int] | None = None) -> go.Figure:
-    """One panel per metric on a shared step axis, with non-finite markers and finding onsets; with
-    ``bands`` (metric -> reference band), the healthy runs' band drawn behind each metric's line
-    (band positions are steps, or fractions of the run when this run's step ``span`` is given)."""
+                  bands: dict[str, pd.DataFrame] | None = None, span: tuple[int, int] | None = None,
+                  log_metrics: set[str] | None = None, x: str = "step") -> go.Figure:
+    """One panel per metric on one step axis (``x="wall_time"``: the wall clock, when the series
+    carries ``wall_time``), each metric its own colour, with non-finite markers and finding onsets.
+    ``log_metrics``: the panels drawn on a log axis (default: grad norm and loss scale, where positive).
+    With ``bands`` (metric -> reference band), the comparable healthy runs' band is drawn behind a
+    metric's line (band positions are steps, or fractions of the run when this run's step ``span`` is
+    given); a band never sets the axis: each panel's range is this run's own points."""
     metrics = list(metrics) or TRIAGE_PANELS
-    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=[plotly_text(m) for m in metrics])
+    log_metrics = LOG_AXIS_METRICS if log_metrics is None else set(log_metrics)
+    fig = _stacked(len(metrics), metrics)
     legend_shown = False
     for row, metric in enumerate(metrics, start=1):
         frame = series[series["metric"] == metric]
-        log_axis = metric in LOG_AXIS_METRICS and _log_axis_possible(frame)
+        if x == "wall_time" and "wall_time" in frame:
+            frame = frame[frame["wall_time"].notna()]
+        log_axis = metric in log_metrics and _log_axis_possible(frame)
         band = (bands or {}).get(metric)
-        if band is not None and not band.empty:
+        if band is not None and not band.empty and x == "step":
             _add_reference_band(fig, band, row, span, show_legend=not legend_shown)
             legend_shown = True
         if frame.empty:
-            fig.add_annotation(text=plotly_text(f"no {metric} in this run"), showarrow=False, row=row, col=1,
-                               xref="x domain", yref="y domain", x=0.5, y=0.5)
-        else:
-            _add_metric_traces(fig, frame, row, name=metric, colour=RUN_COLOURS["full"], smoothing=smoothing,
-                               log_axis=log_axis)
-        if log_axis:
-            drawn = [frame.loc[frame["kind"] == "finite", "value"]]
-            if band is not None and not band.empty:
-                drawn += [band["p05"], band["p95"]]
-            fig.update_yaxes(type="log", row=row, col=1, **_log_ticks(*drawn))
-    _add_findings(fig, findings)
-    fig.update_xaxes(title_text="step", row=len(metrics), col=1)
-    _layout(fig, title, rows=len(metrics))
+            fig.add_annotation(text=plotly_text(f"no {metric} in this run"), showarrow=False,
+                               xref="paper", yref=f"{_axis(row)} domain", x=0.5, y=0.5)
+            continue
+        _add_metric_traces(fig, frame, row, name=metric, colour=metric_colour(row - 1), smoothing=smoothing,
+                           log_axis=log_axis, x=x)
+        finite = frame.loc[frame["kind"] == "finite", "value"]
+        settings = {"type": "log", **_log_ticks(finite)} if log_axis else {}
+        y_range = _y_range([finite], log_axis)
+        if y_range is not None:
+            settings["range"] = y_range
+        _yaxis(fig, row, **settings)
+    labels = _add_findings(fig, findings) if x == "step" else 0
+    fig.update_xaxes(title_text="step" if x == "step" else "wall time (UTC)")
+    _layout(fig, title, rows=len(metrics), label_lines=labels)
     return fig
 
 
 def _log_ticks(*values) -> dict:
-    """Tick settings for a log y axis over these values (the positive finite ones count). Plotly
-    labels every digit when the axis spans a decade or two, and on a panel a hundred-odd pixels
-    tall those labels overlap; so: 1-2-5 within three decades, each power of ten within eight,
-    every k-th power beyond. Under 0.6 of a decade Plotly's own (linear-looking) ticks are kept."""
+    """Tick settings for a log y axis over these values (the positive finite ones count), every
+    label a whole number: 1-2-5 of each decade within two decades, each power of ten within eight,
+    every k-th power beyond (labels like 1000, 500, 200, 100 — never a bare "5" or "2"). Under 0.6 of
+    a decade Plotly's own (linear-looking) ticks are kept."""
     arrays = [np.asarray(v, dtype=np.float64).ravel() for v in values]
     positive = np.concatenate(arrays) if arrays else np.empty(0)
     positive = positive[np.isfinite(positive) & (positive > 0)]
     if positive.size == 0:
         return {}
-    decades = float(np.log10(positive.max()) - np.log10(positive.min()))
+    lo, hi = float(np.log10(positive.min())), float(np.log10(positive.max()))
+    decades = hi - lo
     if decades < 0.6:
         return {}
-    if decades <= 3:
-        return {"dtick": "D2"}
-    return {"dtick": 1 if decades <= 8 else math.ceil(decades / 6), "exponentformat": "power"}
+    if decades <= 2.5:
+        steps, every = (1, 2, 5), 1
+    elif decades <= 8:
+        steps, every = (1,), 1
+    else:
+        steps, every = (1,), math.ceil(decades / 6)
+    first, last = math.floor(lo) - 1, math.ceil(hi) + 1
+    vals = [m * 10.0 ** e for e in range(first, last + 1) if e % every == 0 for m in steps]
+    pad = max(0.05 * decades, 0.05) + 1e-9  # the margin ``_y_range`` gives a log axis
+    vals = [v for v in vals if 10 ** (lo - pad) <= v <= 10 ** (hi + pad)]
+    return {"tickmode": "array", "tickvals": vals, "ticktext": [_tick_text(v) for v in vals]}
+
+
+def _tick_text(value: float) -> str:
+    """A whole label for a log tick: 0.02, 500, 1e+06 style beyond 1e5 or below 1e-3."""
+    if 1e-3 <= value < 1e5:
+        return f"{value:g}"
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def _log_axis_possible(frame: pd.DataFrame) -> bool:
@@ -253,10 +355,12 @@ def _log_axis_possible(frame: pd.DataFrame) -> bool:
     return not finite.empty and bool((finite > 0).any())
 
 
-def _layout(fig: go.Figure, title: str | None, rows: int) -> None:
-    fig.update_layout(title=None if title is None else plotly_text(title), height=max(320, 230 * rows + 80), margin={"l": 60, "r": 20, "t": 60, "b": 40},
-                      hovermode="x unified", legend={"orientation": "h", "y": -0.08}, dragmode="select",
-                      template="plotly_white")
+def _layout(fig: go.Figure, title: str | None, rows: int, label_lines: int = 0) -> None:
+    top = 36 + (LABEL_PX * label_lines + 6 if label_lines else 0) + (28 if title else 0)
+    fig.update_layout(title=None if title is None else {"text": plotly_text(title), "y": 0.995, "yanchor": "top"},
+                      height=max(320, 230 * rows + 80 + top), margin={"l": 60, "r": 20, "t": top, "b": 40},
+                      hovermode="x unified", hoversubplots="axis", legend={"orientation": "h", "y": -0.08},
+                      dragmode="select", template="plotly_white")
 
 
 def heatmap_figure(heat: pd.DataFrame, title: str = "routing entropy per layer") -> go.Figure:
@@ -301,37 +405,43 @@ def align_steps(frame: pd.DataFrame, last_step: int | None, align: str) -> pd.Da
 def compare_figure(full: pd.DataFrame, proxy: pd.DataFrame, metrics: list[str], *, align: str = "step",
                    full_last_step: int | None = None, proxy_last_step: int | None = None,
                    full_findings: dict | None = None, proxy_findings: dict | None = None,
-                   names: tuple[str, str] = ("full", "proxy"), smoothing: float | None = None) -> go.Figure:
-    """The triage panels with the full and the proxy run overlaid, aligned by step or fraction."""
+                   names: tuple[str, str] = ("full", "proxy"), smoothing: float | None = None,
+                   others: list[tuple[str, pd.DataFrame, int | None, dict | None]] | None = None) -> go.Figure:
+    """The triage panels with the full and the proxy run overlaid, aligned by step or fraction;
+    ``others`` (name, series, last step, findings) adds more runs to the overlay, each its colour."""
     metrics = list(metrics) or TRIAGE_PANELS
-    full = align_steps(full, full_last_step, align)
-    proxy = align_steps(proxy, proxy_last_step, align)
-    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=[plotly_text(m) for m in metrics])
+    runs = [(names[0], full, full_last_step, full_findings, RUN_COLOURS["full"]),
+            (names[1], proxy, proxy_last_step, proxy_findings, RUN_COLOURS["proxy"])]
+    for i, (name, frame, last, found) in enumerate(others or []):
+        runs.append((name, frame, last, found, OTHER_RUN_COLOURS[i % len(OTHER_RUN_COLOURS)]))
+    runs = [(name, align_steps(frame, last, align), last, found, colour) for name, frame, last, found, colour in runs]
+    fig = _stacked(len(metrics), metrics)
     for row, metric in enumerate(metrics, start=1):
-        log_axis = False
-        both = pd.concat([full[full["metric"] == metric], proxy[proxy["metric"] == metric]])
-        shared_bounds = _finite_bounds(both)  # one marker height per panel for both runs
-        for (role, frame), label in zip((("full", full), ("proxy", proxy)), names):
-            part = frame[frame["metric"] == metric]
+        parts = [frame[frame["metric"] == metric] for _, frame, _, _, _ in runs]
+        both = pd.concat(parts)
+        shared_bounds = _finite_bounds(both) if not both.empty else None  # one marker height per panel
+        log_axis = metric in LOG_AXIS_METRICS and any(_log_axis_possible(p) for p in parts if not p.empty)
+        for (name, _, _, _, colour), part in zip(runs, parts):
             if part.empty:
                 continue
-            log_axis = log_axis or (metric in LOG_AXIS_METRICS and _log_axis_possible(part))
-            _add_metric_traces(fig, part, row, name=f"{label}", colour=RUN_COLOURS[role], x="x",
-                               smoothing=smoothing, log_axis=metric in LOG_AXIS_METRICS,
-                               show_legend=row == 1, legend_group=label, marker_bounds=shared_bounds)
-        if log_axis:
-            fig.update_yaxes(type="log", row=row, col=1,
-                             **_log_ticks(both.loc[both["kind"] == "finite", "value"]))
-    for row, (findings, last, label, colour) in enumerate(
-            ((full_findings, full_last_step, names[0], RUN_COLOURS["full"]),
-             (proxy_findings, proxy_last_step, names[1], RUN_COLOURS["proxy"]))):
+            _add_metric_traces(fig, part, row, name=f"{name}", colour=colour, x="x", smoothing=smoothing,
+                               log_axis=log_axis, show_legend=row == 1, legend_group=name,
+                               marker_bounds=shared_bounds)
+        finite = both.loc[both["kind"] == "finite", "value"] if not both.empty else pd.Series(dtype=float)
+        settings = {"type": "log", **_log_ticks(finite)} if log_axis else {}
+        y_range = _y_range([finite], log_axis)
+        if y_range is not None:
+            settings["range"] = y_range
+        _yaxis(fig, row, **settings)
+    lines = 0
+    for i, (name, _, last, found, colour) in enumerate(runs):
         if align == "fraction" and last:
-            _add_findings(fig, _root_only(findings), lambda s, last=last: s / float(last), f"{label}: ", colour, row)
+            lines += _add_findings(fig, _root_only(found), lambda s, last=last: s / float(last), f"{name}: ",
+                                   colour, lines)
         else:
-            _add_findings(fig, _root_only(findings), prefix=f"{label}: ", colour=colour, label_row=row)
-    fig.update_xaxes(title_text="step" if align == "step" else "fraction of run", row=len(metrics), col=1)
-    _layout(fig, None, rows=len(metrics))
+            lines += _add_findings(fig, _root_only(found), prefix=f"{name}: ", colour=colour, label_row=lines)
+    fig.update_xaxes(title_text="step" if align == "step" else "fraction of run")
+    _layout(fig, None, rows=len(metrics), label_lines=lines)
     return fig
 
 

@@ -9,7 +9,11 @@ a run's value sits at a step (the share of healthy runs whose value in that bin 
 counted half): "is a train/rollout gap of 0.3 normal?" answered from the user's own history.
 
 Healthy runs are those whose latest stored diagnosis says ``healthy`` (a run never diagnosed is
-not counted), the run asked about excluded. Values are read through the store's one series reader
+not counted), the run asked about excluded. A band is only as good as the runs it is made of: a
+healthy pretraining loss around 10 says nothing about an RL policy loss around 0, so
+``comparable_runs`` picks the healthy runs of the same framework and kind (``run_kind``: RL when a
+reward, KL, policy entropy or rollout metric is logged, else supervised — pretraining or
+fine-tuning); ``reference_set`` takes any other group a user picks as ``runs``. Values are read through the store's one series reader
 (``Store.run_frame``); non-finite values take no part in a band (a healthy run has none where
 it matters) but a run's own inf sits above every healthy value (percentile 100).
 """
@@ -46,6 +50,33 @@ class ReferenceSet:
         return out.reset_index(drop=True)
 
 
+RL_METRICS = frozenset({"reward_mean", "kl", "ppo_kl", "clipfrac", "response_length_mean", "logprob_diff_mean",
+                        "is_ratio_mean"})
+
+
+def run_kind(metrics) -> str:
+    """"rl" or "supervised" from a run's stored metric names: a policy's entropy logged beside a token
+    accuracy (and no reward or KL) is a supervised run's token entropy (TRL's SFTTrainer logs both)."""
+    metrics = set(metrics)
+    if metrics & RL_METRICS:
+        return "rl"
+    if "policy_entropy" in metrics and not any("token_accuracy" in m for m in metrics):
+        return "rl"
+    return "supervised"
+
+
+def comparable_runs(store, run: str) -> list[str]:
+    """The healthy runs (latest diagnosis) of ``run``'s framework and kind, ``run`` itself excluded."""
+    table = store.runs_overview()
+    names = store.metric_names_by_run()
+    own = table.loc[table["run"] == run]
+    if own.empty:
+        return []
+    framework, kind = own["framework"].iloc[0], run_kind(names.get(run, ()))
+    return [r for r, v, f in zip(table["run"], table["verdict"], table["framework"])
+            if v == "healthy" and r != run and f == framework and run_kind(names.get(r, ())) == kind]
+
+
 def healthy_runs(store, exclude: str | None = None) -> list[str]:
     """The runs whose latest stored diagnosis is healthy."""
     table = store.runs_overview()
@@ -68,14 +99,14 @@ def _binned(series: pd.DataFrame, by: str, bins: int, span: tuple[int, int] | No
 
 
 def reference_set(store, metric: str, exclude: str | None = None, by: str = "fraction",
-                  bins: int = 50) -> ReferenceSet:
-    """The healthy runs' binned values of ``metric`` (``by``: "fraction" of the run, or "step"
-    with ``bins`` steps per bin)."""
+                  bins: int = 50, runs: list[str] | None = None) -> ReferenceSet:
+    """The binned values of ``metric`` over ``runs`` (default: every healthy run) (``by``: "fraction"
+    of the run, or "step" with ``bins`` steps per bin)."""
     if by not in ("fraction", "step"):
         raise ValueError(f"by must be 'fraction' or 'step', not {by!r}")
     parts = []
     with store.held():
-        for run in healthy_runs(store, exclude):
+        for run in (healthy_runs(store, exclude) if runs is None else [r for r in runs if r != exclude]):
             series = store.run_frame(run, [metric])  # this metric only, not the whole run
             series = series[np.isfinite(series["value"])]
             if series.empty:
@@ -86,9 +117,10 @@ def reference_set(store, metric: str, exclude: str | None = None, by: str = "fra
     return ReferenceSet(metric, by, bins, values)
 
 
-def reference_band(store, metric: str, exclude: str | None = None, by: str = "fraction", bins: int = 50) -> pd.DataFrame:
-    """Median and 5-95 % band of ``metric`` across the healthy runs, per bin (see the module)."""
-    return reference_set(store, metric, exclude, by, bins).band()
+def reference_band(store, metric: str, exclude: str | None = None, by: str = "fraction", bins: int = 50,
+                   runs: list[str] | None = None) -> pd.DataFrame:
+    """Median and 5-95 % band of ``metric`` across ``runs`` (default: the healthy runs), per bin."""
+    return reference_set(store, metric, exclude, by, bins, runs).band()
 
 
 def where_normal(store, run: str, metric: str, step: int | None = None, bins: int = 50) -> dict | None:

@@ -403,6 +403,13 @@ class Store:
                 {"run": run_id},
             ).df()
 
+    def metric_names_by_run(self) -> dict[str, set[str]]:
+        """run -> its stored metric names, for every run (from the name table: no value is read)."""
+        with self.read() as con:
+            rows = con.execute("SELECT r.name, list(DISTINCT m.metric) FROM runs r "
+                               "LEFT JOIN metric_names m USING (run_id) GROUP BY r.name").fetchall()
+        return {name: {m for m in (metrics or []) if m is not None} for name, metrics in rows}
+
     def run_frame(self, run: str, metrics: list[str] | None = None) -> pd.DataFrame:
         """Long form (step, metric, value): one value per step, read by ``series_sql`` (latest
         attempt; a global value wins over per-rank values at that step, else the mean over ranks)."""

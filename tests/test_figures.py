@@ -37,17 +37,22 @@ def test_triage_panels_share_axis_log_grad_norm_and_markers():
                        downsampled("routing_entropy", [-math.inf] + [0.9] * 41)])
     fig = triage_figure(frame, ["grad_norm", "loss", "routing_entropy"], FINDINGS)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"
-    assert fig.layout.xaxis.matches == "x3" or fig.layout.xaxis2.matches == "x3"  # shared step axis
+    assert {t.xaxis for t in fig.data} == {"x"}  # one step axis: hover and zoom read every panel
+    assert fig.layout.hoversubplots == "axis" and fig.layout.hovermode == "x unified"
+    assert len({t.line.color for t in fig.data if t.mode == "lines"}) == 3  # each metric its own colour
     inf = traces_named(fig, "grad_norm +inf")[0]
     assert list(inf.x) == [40, 41] and inf.marker.symbol == "triangle-up"
     assert list(traces_named(fig, "grad_norm NaN")[0].x) == [42]
     assert list(traces_named(fig, "routing_entropy -inf")[0].x) == [1]
     line = traces_named(fig, "grad_norm")[0]
     assert np.isnan(np.asarray(line.y, dtype=float)[39:]).all()  # the line breaks at non-finite steps
-    onsets = sorted(shape.x0 for shape in fig.layout.shapes)
-    assert onsets == [30, 30, 30, 40, 40, 40]  # each onset crosses all three panels
-    labels = [a.text for a in fig.layout.annotations]
-    assert "overflow @ 40" in labels and "divergence @ 30" in labels
+    onsets = sorted((shape.x0, shape.y0, shape.y1, shape.yref) for shape in fig.layout.shapes)
+    assert onsets == [(30, 0, 1, "paper"), (40, 0, 1, "paper")]  # each onset one line across all panels
+    labels = [a for a in fig.layout.annotations if a.name == "onset label"]
+    assert {a.text for a in labels} == {"overflow @ 40", "divergence @ 30"}
+    top = max(fig.layout.yaxis.domain)
+    assert all(a.y >= top and a.yanchor == "bottom" for a in labels)  # above the panels, never on the data
+    assert len({a.yshift for a in labels}) == 2 and fig.layout.margin.t >= 36 + 2 * 15  # stacked, with room
 
 
 def test_smoothing_adds_a_line_and_keeps_the_raw_spike():
@@ -89,23 +94,42 @@ def test_compare_by_fraction_and_step():
         align_steps(full, 100, "time")
 
 
-@pytest.mark.parametrize(("low", "high", "dtick"), [(6.0, 16.0, None),  # under a decade: Plotly's own ticks
-                                                     (0.6, 12.0, "D2"),  # a decade or two: 1-2-5, not every digit
-                                                     (1e-2, 1e5, 1),  # seven decades: each power of ten
-                                                     (1e-3, 1e30, 6)])  # an overflow's climb: every 6th power
-def test_log_grad_norm_axis_labels_do_not_crowd(low, high, dtick):
+@pytest.mark.parametrize(("low", "high", "ticks"), [
+    (6.0, 16.0, None),  # under a decade: Plotly's own ticks
+    (0.6, 12.0, ["1", "2", "5", "10"]),  # a decade or two: 1-2-5, each label whole
+    (20.0, 3000.0, ["20", "50", "100", "200", "500", "1000", "2000"]),  # never "1000, 5, 2, 100"
+    (1e-2, 1e5, ["0.01", "0.1", "1", "10", "100", "1000", "10000", "1e5"]),  # each power of ten
+    (1e-3, 1e30, ["1", "1e6", "1e12", "1e18", "1e24", "1e30"])])  # an overflow's climb: every 6th power
+def test_log_grad_norm_axis_labels_are_whole_and_do_not_crowd(low, high, ticks):
     grad = np.geomspace(low, high, 60)
     fig = triage_figure(downsampled("grad_norm", np.append(grad, math.nan)), ["grad_norm"])
-    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == dtick
+    assert fig.layout.yaxis.type == "log"
+    assert (list(fig.layout.yaxis.ticktext) if fig.layout.yaxis.ticktext else None) == ticks
     full, proxy = downsampled("grad_norm", grad), downsampled("grad_norm", grad[:30])
-    assert compare_figure(full, proxy, ["grad_norm"]).layout.yaxis.dtick == dtick  # the range of both runs
+    axis = compare_figure(full, proxy, ["grad_norm"]).layout.yaxis  # the range of both runs
+    assert (list(axis.ticktext) if axis.ticktext else None) == ticks
 
 
-def test_triage_log_ticks_cover_the_healthy_band():
+def test_a_band_never_sets_the_axis_range():
+    """A wide band (other runs) must not squash this run's line: the range is the run's own points."""
     band = pd.DataFrame({"position": [1.0, 60.0], "p05": [1e-3, 1e-3], "p95": [1e3, 1e3], "median": [1.0, 1.0],
                          "runs": [3, 3]})
     fig = triage_figure(downsampled("grad_norm", np.linspace(6, 16, 60)), ["grad_norm"], bands={"grad_norm": band})
-    assert fig.layout.yaxis.dtick == 1  # six decades drawn (the band), not the run's own 0.4
+    lo, hi = fig.layout.yaxis.range
+    assert math.log10(5) < lo < math.log10(6) and math.log10(16) < hi < math.log10(20)
+    loss = triage_figure(downsampled("loss", np.linspace(2.0, 2.2, 60)), ["loss"],
+                         bands={"loss": band.assign(p05=[-0.6, -0.6], p95=[11.0, 11.0])})
+    assert loss.layout.yaxis.range[0] > 1.9 and loss.layout.yaxis.range[1] < 2.3
+
+
+def test_log_axes_are_chosen_per_panel_and_wall_time_is_an_x_axis():
+    frame = pd.concat([downsampled("grad_norm", np.geomspace(1, 100, 20)), downsampled("loss", np.geomspace(1, 50, 20))])
+    fig = triage_figure(frame, ["grad_norm", "loss"], log_metrics={"loss"})
+    assert fig.layout.yaxis.type != "log" and fig.layout.yaxis2.type == "log"
+    timed = frame.assign(wall_time=1.7e9 + frame["step"] * 2.0)
+    fig = triage_figure(timed, ["grad_norm", "loss"], FINDINGS, x="wall_time")
+    assert str(pd.Timestamp(fig.data[0].x[0])).startswith("2023-11-14")
+    assert fig.layout.xaxis.title.text == "wall time (UTC)"
 
 
 def test_heatmap_orders_layers_numerically():

@@ -1,5 +1,10 @@
-"""Triage one run: grad norm (log), loss and routing entropy on one step axis, any searched metric,
-per-layer routing entropy, NaN/inf markers, finding onsets, smoothing, box-select zoom."""
+"""Triage one run: the answer first (verdict, onset, confidence, alternatives, the evidence), then
+the metrics that show it on one step axis — grad norm, loss, routing entropy and the metrics the
+findings cite, each its own colour — with NaN/inf markers, finding onsets, smoothing, per-panel
+log axes, wall time as an optional x axis, box-select zoom, and comparable healthy runs' band.
+
+The view lives in the URL (``?run=...&metrics=a,b&zoom=lo-hi&smooth=0.6&x=step&log=grad_norm``),
+so a link opened in a fresh browser shows the same run, metrics and zoom."""
 
 from __future__ import annotations
 
@@ -8,50 +13,114 @@ import math
 import streamlit as st
 
 from dashboard import queries
-from dashboard.safe_text import md_code, md_failure, md_text, verdict_badge
 from dashboard.live import REFRESH_SECONDS, grown_series, is_live
+from dashboard.safe_text import md_code, md_failure, md_text, verdict_badge
+from dashboard.view_state import url_float, url_list, url_range, url_text, write_url
 from moeproxy.diagnose.record import diagnose_and_record, findings_are_stale
-from moeproxy.figures import TRIAGE_PANELS, findings_rows, heatmap_figure, triage_figure
+from moeproxy.diagnose.render import cited_metrics, headline
+from moeproxy.figures import LOG_AXIS_METRICS, TRIAGE_PANELS, findings_rows, heatmap_figure, triage_figure
+from moeproxy.vocabulary import LAYER_PREFIX
 
 st.title("Triage")
 db = queries.db_path()
 version = queries.data_version()
 table = queries.runs(db, version)
-run = queries.selected_run(table, key="triage_run")
+run = queries.selected_run(table, key="triage_run", default=url_text("run"))
 if run is None:
     st.info("No runs yet: ingest one on the Runs page.")
     st.stop()
+live = is_live(db, run)
+
+
+def verdict_banner(findings: dict | None) -> None:
+    """The answer at the top: verdict, onset, confidence, the other readings, one line of evidence."""
+    head = headline(findings)
+    with st.container(border=True, key="verdict_banner"):
+        if head["verdict"] is None:
+            st.markdown(f"### {verdict_badge(None)}")
+            st.caption("This run has no stored diagnosis yet.")
+            return
+        onset = "" if head["onset_step"] is None else f" from step **{head['onset_step']:,}**"
+        epoch = "" if head["onset_epoch"] is None else f" (epoch {head['onset_epoch']:g})"
+        confidence = f" · confidence **{md_text(head['confidence'])}**" if head["confidence"] else ""
+        st.markdown(f"### {verdict_badge(head['verdict'])}{onset}{epoch}{confidence}")
+        if head["reason"]:
+            st.caption(md_text(head["reason"]))
+        if head["evidence"]:
+            st.markdown(f"{md_code(head['metric'])}: {md_text(head['evidence'])}" if head["metric"]
+                        else md_text(head["evidence"]))
+        for alt in head["alternatives"]:
+            st.markdown(f"Another reading: **{md_text(alt['category'])}** from step {md_text(alt['onset_step'])} "
+                        f"({md_text(alt['why'])})")
+
+
+findings_now = queries.findings(db, version, run)
+verdict_banner(findings_now)
 
 stored = queries.metrics(db, version, run)
-extra = st.multiselect("More metrics (type to search)", [m for m in stored if m not in TRIAGE_PANELS],
-                       key="triage_metrics", placeholder="search metrics, e.g. kl, reward, clipfrac")
-panels = [m for m in TRIAGE_PANELS if m in stored] + extra or stored[:3]
+plain = [m for m in stored if not m.startswith(LAYER_PREFIX)]
+default_panels = [m for m in TRIAGE_PANELS if m in stored]
+default_panels += [m for m in cited_metrics(findings_now) if m in stored and m not in default_panels]
+default_panels = [m for m in default_panels if m in plain] or plain[:3]
+metrics_key = f"triage_metrics:{run}"
+if metrics_key not in st.session_state:  # a link's metrics first, else the defaults
+    wanted = [m for m in url_list("metrics") if m in stored] if url_text("run") == run else []
+    st.session_state[metrics_key] = wanted or default_panels
+panels = st.multiselect("Metrics (type to search; the findings' metrics are drawn by default)", plain,
+                        key=metrics_key, placeholder="search metrics, e.g. kl, reward, clipfrac") or default_panels
 
-c1, c2, c3 = st.columns([2, 2, 1])
-smoothing = c1.slider("Smoothing (debiased EMA; raw line stays drawn)", 0.0, 0.99, 0.0, 0.01, key="triage_smoothing")
+times = queries.step_times(db, version, run)
+c1, c2, c3, c4 = st.columns([3, 2, 3, 1])
+if "triage_smoothing" not in st.session_state:
+    st.session_state["triage_smoothing"] = min(0.99, max(0.0, url_float("smooth", 0.0)))
+smoothing = c1.slider("Smoothing (debiased EMA; raw line stays drawn)", 0.0, 0.99, step=0.01, key="triage_smoothing")
+x_options = ["step", "wall_time"] if not times.empty else ["step"]
+if "triage_x" not in st.session_state:
+    st.session_state["triage_x"] = url_text("x") if url_text("x") in x_options else "step"
+x_axis = c2.radio("x axis", x_options, horizontal=True, key="triage_x",
+                  format_func=lambda a: "step" if a == "step" else "wall time",
+                  help="Wall time: when each step was logged (only where the log carries times)")
+log_key = f"triage_log:{run}"
+if log_key not in st.session_state:
+    from_url = url_list("log") if url_text("run") == run and url_text("log") is not None else None
+    st.session_state[log_key] = [m for m in (from_url if from_url is not None else LOG_AXIS_METRICS) if m in panels]
+else:  # a metric taken off the chart leaves the log-axis choice too
+    st.session_state[log_key] = [m for m in st.session_state[log_key] if m in panels]
+log_panels = c3.multiselect("Log y axis", panels, key=log_key, help="The panels drawn on a logarithmic axis")
 zoom_key = f"zoom:{run}"
+if zoom_key not in st.session_state and url_text("run") == run and url_range("zoom"):
+    st.session_state[zoom_key] = url_range("zoom")
 zoom = st.session_state.get(zoom_key)
-c2.caption("Drag on the chart to select a step range; it is re-queried at full resolution.")
-if c3.button("Reset zoom", key="triage_reset_zoom", disabled=zoom is None):
+if c4.button("Reset zoom", key="triage_reset_zoom", disabled=zoom is None):
     st.session_state.pop(zoom_key, None)
+    st.query_params.pop("zoom", None)  # else the link would zoom it back in
     st.rerun()
-
 lo, hi = zoom if zoom else (None, None)
-live = is_live(db, run)
-c1, c2, c3 = st.columns([1, 1, 2])
-show_band = c1.toggle("Healthy runs' band", value=True, key="triage_band",
-                      help="The median and 5-95 % band of each metric across the runs diagnosed healthy in "
-                           "this store, behind this run's line")
-band_by = c2.radio("Band aligned by", ["step", "fraction"], horizontal=True, key="triage_band_by",
-                   format_func=lambda a: "step" if a == "step" else "fraction of run", disabled=not show_band,
-                   help="By step compares the same training step (right for a run still growing); by "
-                        "fraction compares runs of different lengths")
-if live:
-    c3.markdown(f":green-badge[:material/sensors: live] a watcher is adding steps to this run; the chart "
-                f"and findings refresh every {REFRESH_SECONDS:g} s")
+write_url(run=run, metrics=",".join(panels), zoom=f"{lo}-{hi}" if zoom else None,
+          smooth=f"{smoothing:g}" if smoothing else None, x=x_axis if x_axis != "step" else None,
+          log=",".join(log_panels))
+
 BAND_BINS = 50
 MIN_BAND_RUNS = 3  # runs a bin needs before its band is drawn
-healthy = tuple(table.loc[(table["verdict"] == "healthy") & (table["run"] != run), "run"])
+comparable = queries.comparable_runs(db, version, run)
+with st.expander("Reference band: what healthy runs like this one look like", expanded=False):
+    b1, b2 = st.columns([1, 2])
+    show_band = b1.toggle("Draw the band", value=True, key="triage_band",
+                          help="The median and 5-95 % band of each metric across the reference runs, behind "
+                               "this run's line; it never changes the axis range")
+    band_by = b1.radio("Aligned by", ["step", "fraction"], horizontal=True, key="triage_band_by",
+                       format_func=lambda a: "step" if a == "step" else "fraction of run", disabled=not show_band,
+                       help="By step compares the same training step (right for a run still growing); by "
+                            "fraction compares runs of different lengths")
+    others = [r for r in table["run"] if r != run]
+    references = b2.multiselect(
+        "Reference runs (default: the healthy runs of the same framework and kind — RL or supervised)",
+        others, default=[r for r in comparable if r in others], key=f"triage_references:{run}")
+if live:
+    st.markdown(f":green-badge[:material/sensors: live] a watcher is adding steps to this run; the chart "
+                f"and findings refresh every {REFRESH_SECONDS:g} s")
+st.caption("Drag on the chart to select a step range; it is re-queried at full resolution. "
+           "Hover reads every panel at one step.")
 
 
 @st.fragment(run_every=REFRESH_SECONDS if live else None)
@@ -62,26 +131,29 @@ def run_view() -> None:
     series = grown_series(db, now, run, tuple(panels), "triage_series", lo, hi,
                           int(attempts.iloc[0]) if len(attempts) else 0)
     findings = queries.findings(db, now, run)
+    if live and findings != findings_now:
+        verdict_banner(findings)  # the live answer, where the chart is redrawn
     span = queries.step_range(db, now, run, tuple(panels))
     bands = None
-    if show_band and healthy and span:
+    if show_band and references and span and x_axis == "step":
         # by step: bins a power of ten wide, at most 1,000 of them over this run's steps so far (a
         # width that changes only tenfold, so a live run's refreshes reuse the cached band)
         width = 10 ** int(math.log10(max(1, span[1] // 100)))
-        bands = queries.reference_bands(db, healthy, run, tuple(panels), band_by,
+        bands = queries.reference_bands(db, tuple(references), run, tuple(panels), band_by,
                                         BAND_BINS if band_by == "fraction" else width)
-        if band_by == "step":  # the band over this run's steps so far, not the healthy runs' whole length
+        if band_by == "step":  # the band over this run's steps so far, not the reference runs' whole length
             bands = {m: b[(b["position"] >= span[0] - width) & (b["position"] <= span[1] + width)]
                      for m, b in bands.items()}
         # a 5-95 % band of one or two runs is those runs' lines, not what is normal
         bands = {m: b[b["runs"] >= MIN_BAND_RUNS] for m, b in bands.items()}
         bands = {m: b for m, b in bands.items() if not b.empty}
-    fig = triage_figure(series, panels, findings, smoothing=smoothing or None,
-                        title=f"{run} — {', '.join(panels)}", bands=bands,
-                        span=span if band_by == "fraction" else None)
+    if x_axis == "wall_time":
+        series = series.merge(queries.step_times(db, now, run), on="step", how="left")
+    fig = triage_figure(series, panels, findings, smoothing=smoothing or None, bands=bands,
+                        span=span if band_by == "fraction" else None, log_metrics=set(log_panels), x=x_axis)
     event = st.plotly_chart(fig, key="triage_chart", on_select="rerun", selection_mode=("box",), width="stretch")
     boxes = (event or {}).get("selection", {}).get("box", []) if event else []
-    if boxes:
+    if boxes and x_axis == "step":
         xs = boxes[0].get("x", [])
         if len(xs) == 2 and xs[1] != xs[0]:
             new = (int(min(xs)), int(max(xs)) + 1)
@@ -92,10 +164,10 @@ def run_view() -> None:
         shown = f"steps {zoom[0]:,} - {zoom[1]:,} of {span[0]:,} - {span[1]:,}" if zoom else \
             f"steps {span[0]:,} - {span[1]:,}"
         if bands:
-            band_note = f" · healthy band from {max(int(b['runs'].max()) for b in bands.values())} runs"
+            band_note = f" · band from {max(int(b['runs'].max()) for b in bands.values())} reference runs"
         elif show_band:
-            band_note = (f" · no healthy band: it needs {MIN_BAND_RUNS} healthy runs with these metrics "
-                         f"(this store has {len(healthy)} other healthy run(s))")
+            band_note = (f" · no reference band: it needs {MIN_BAND_RUNS} comparable healthy runs with these "
+                         f"metrics ({len(references)} chosen)")
         else:
             band_note = ""
         st.caption(f"Last step {span[1]:,} · {shown}{band_note}")
@@ -109,22 +181,15 @@ def run_view() -> None:
     if (~series["latest"]).any():
         st.caption("Dotted lines: points of earlier restart attempts that a later attempt overwrote.")
 
-    st.subheader("Findings")
-    if findings is None:
-        st.write(verdict_badge(None))
-    else:
-        onset = findings.get("onset_step")
-        st.markdown(f"Verdict {verdict_badge(findings.get('verdict'))}"
-                    + (f" from step **{onset}**" if onset is not None else "")
-                    + (f" · confidence **{md_text(findings['confidence'])}** ({md_text(findings.get('confidence_reason', ''))})"
-                       if findings.get("confidence") else "")
-                    + f" · detector {md_code(findings.get('detector_version', '?'))}")
-        for alt in findings.get("alternatives") or []:
-            st.markdown(f"Another reading: **{md_text(alt['category'])}** from step {md_text(alt['onset_step'])} "
-                        f"({md_text(alt['why'])})")
-        for row in findings_rows(findings):
-            st.markdown(f"- **{md_text(row['category'])}** ({md_text(row['severity'])}) at step {md_text(row['onset_step'])} "
-                        f"on {md_code(row['metric'])} \\[{md_text(row['rule'])}\\]: {md_text(row['evidence'])}")
+    rows = findings_rows(findings)
+    with st.expander(f"All findings ({len(rows)})" + (f" · detector {findings.get('detector_version', '?')}"
+                                                      if findings else ""), expanded=False):
+        for row in rows:
+            st.markdown(f"- **{md_text(row['category'])}** ({md_text(row['severity'])}) at step "
+                        f"{md_text(row['onset_step'])} on {md_code(row['metric'])} \\[{md_text(row['rule'])}\\]: "
+                        f"{md_text(row['evidence'])}")
+        if not rows:
+            st.caption("No findings.")
     if findings_are_stale(findings) and not live:  # a watcher re-diagnoses a live run itself
         if st.button("Diagnose now" if findings is None else f"Re-diagnose (findings are from "
                      f"{md_text(findings.get('detector_version'))})", key="triage_diagnose"):
@@ -134,9 +199,10 @@ def run_view() -> None:
             except Exception as exc:  # show the detector's failure instead of a blank page
                 st.error("diagnosis failed: " + md_failure(exc))
 
-    st.subheader("Routing entropy per layer")
-    heat = queries.heatmap(db, now, run, lo, hi)
-    st.plotly_chart(heatmap_figure(heat), key="triage_heatmap", width="stretch")
+    if any(m.startswith(LAYER_PREFIX) for m in stored):  # no empty panel on runs without routing
+        st.subheader("Routing entropy per layer")
+        heat = queries.heatmap(db, now, run, lo, hi)
+        st.plotly_chart(heatmap_figure(heat), key="triage_heatmap", width="stretch")
 
 
 run_view()

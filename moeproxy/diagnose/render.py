@@ -36,3 +36,40 @@ def render_text(result: dict, run: str | None = None) -> str:
                      f"step {step:<8} {shown(f['metric'])} [{f['rule']}]")
         lines.append(f"     {shown(f['evidence'])}")
     return "\n".join(lines) + "\n"
+
+
+def headline(result: dict | None) -> dict:
+    """What every renderer shows first (the terminal, the dashboard's verdict banner, the HTML
+    report): ``verdict`` (None when not diagnosed), ``onset_step``, ``onset_epoch``, ``confidence``,
+    ``reason``, ``evidence`` (the verdict's own finding's sentence: the earliest critical one of its
+    category), ``metric`` (the metric it fired on), ``alternatives``."""
+    if not result:
+        return {"verdict": None, "onset_step": None, "onset_epoch": None, "confidence": None, "reason": "",
+                "evidence": "", "metric": None, "alternatives": []}
+    verdict = result.get("verdict")
+    own = [f for f in result.get("findings", []) if f.get("category") == verdict]
+    own.sort(key=lambda f: (f.get("severity") != "critical", f.get("onset_step") != result.get("onset_step"),
+                            f.get("onset_step") if f.get("onset_step") is not None else float("inf")))
+    root = own[0] if own and verdict != HEALTHY else {}
+    return {"verdict": verdict, "onset_step": result.get("onset_step"), "onset_epoch": result.get("onset_epoch"),
+            "confidence": result.get("confidence"), "reason": result.get("confidence_reason", "") or "",
+            "evidence": root.get("evidence", ""), "metric": root.get("metric"),
+            "alternatives": list(result.get("alternatives") or [])}
+
+
+def cited_metrics(result: dict | None, limit: int = 4) -> list[str]:
+    """The metrics the findings cite, the verdict's first, then critical before warning, by onset;
+    at most ``limit``: what a reader needs drawn to check the answer."""
+    if not result:
+        return []
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    verdict = result.get("verdict")
+    ordered = sorted(result.get("findings", []), key=lambda f: (
+        f.get("category") != verdict, rank.get(f.get("severity"), 3),
+        f.get("onset_step") if f.get("onset_step") is not None else float("inf")))
+    out: list[str] = []
+    for f in ordered:
+        metric = f.get("metric")
+        if metric and metric not in out and rank.get(f.get("severity"), 3) < 2:
+            out.append(metric)
+    return out[:limit]

@@ -196,7 +196,8 @@ def _records_to_table(records, table: LogTable) -> bool:
     Records of several kinds (a ``type``/``split`` field: rollout, train, eval lines) are separate
     series on the shared step counter (see ``record_kind``); a record without a step counter takes
     the step of the record before it when the others have one (a config line first). The first
-    ``LOOKAHEAD`` records decide both; the rest stream through."""
+    ``LOOKAHEAD`` records decide both (a validation or evaluation record is one wherever it is);
+    the rest stream through."""
     flat_records = map(flatten, records)
     ahead = list(itertools.islice(flat_records, LOOKAHEAD))
     kinds = {k for r in ahead if (k := record_kind(r)[1]) is not None}
@@ -207,7 +208,11 @@ def _records_to_table(records, table: LogTable) -> bool:
     prefixes: dict[str, str | None] = {}
     last = None
     for index, flat in enumerate(itertools.chain(ahead, flat_records)):
-        key, kind = record_kind(flat) if kinds else (None, None)
+        key, kind = record_kind(flat)
+        if not kinds and kind not in EVAL_KINDS:
+            # the first records named no kind: a kind field later is a value, except a held-out
+            # split (``"split": "val"``), whose metrics are never the training ones
+            key, kind = None, None
         if kind is None:
             prefix = ""
         else:
