@@ -18,10 +18,12 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `dashboard` and `moeproxy` from a clone
 
 from dashboard import queries  # noqa: E402
+from dashboard.live import live_alerts  # noqa: E402
 from dashboard.safe_text import md_code, md_text  # noqa: E402
 from moeproxy.errors import MoeproxyError  # noqa: E402
 
-st.set_page_config(page_title="moeproxy", page_icon=":material/troubleshoot:", layout="wide")
+ICON = Path(__file__).resolve().parent / "assets" / "favicon.png"  # local: no request leaves the machine
+st.set_page_config(page_title="moeproxy", page_icon=str(ICON) if ICON.exists() else None, layout="wide")
 
 
 @st.cache_resource(show_spinner="Loading the demo runs into an empty store ...")
@@ -44,14 +46,21 @@ def load_demo_once(db: str) -> str:
 demo_note = load_demo_once(queries.db_path())
 
 PAGES = [
-    st.Page("app_pages/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True),
+    st.Page("app_pages/runs.py", title="Runs", icon=":material/table_rows:", url_path="all-runs", default=True),
     st.Page("app_pages/triage.py", title="Triage", icon=":material/monitor_heart:", url_path="triage"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare:", url_path="compare"),
     st.Page("app_pages/proxy.py", title="Proxy", icon=":material/account_tree:", url_path="proxy"),
     st.Page("app_pages/report.py", title="Report", icon=":material/description:", url_path="report"),
 ]
-page = st.navigation(PAGES)
+# The default page is served at "/" only; "/runs" (a link someone typed or kept) leads to it too.
+RUNS_ALIAS = st.Page("app_pages/runs_alias.py", title="Runs", url_path="runs")
+# the menu is drawn here (page links), so the alias never shows in it
+page = st.navigation([*PAGES, RUNS_ALIAS], position="hidden")
 with st.sidebar:
+    for p in PAGES:
+        st.page_link(p, label=p.title, icon=p.icon)
+    st.divider()
+    live_alerts()
     st.caption(f"Store: {md_code(queries.db_path())}")
     if demo_note.startswith(("loaded", "demo data not loaded")):
         st.caption(md_text(demo_note))

@@ -46,3 +46,45 @@ def grown_series(db: str, version: int, run: str, metrics: tuple[str, ...], stat
 
 def is_live(db: str, run: str) -> bool:
     return run in queries.live_runs(db)
+
+
+def _title_script(count: int) -> str:
+    """Puts the alert count in the browser tab's title (kept there on every refresh)."""
+    import json
+
+    title = json.dumps(f"({count}) alert{'s' if count != 1 else ''} · moeproxy").replace("</", "<\\/")
+    return (f"<script>(function(){{const t={title};document.title=t;"
+            "if(!window.__moeproxyTitle){window.__moeproxyTitle=new MutationObserver(function(){"
+            "if(window.__moeproxyAlertTitle&&document.title!==window.__moeproxyAlertTitle)"
+            "document.title=window.__moeproxyAlertTitle;});"
+            "window.__moeproxyTitle.observe(document.querySelector('title'),{childList:true});}"
+            "window.__moeproxyAlertTitle=t;})();</script>")
+
+
+@st.fragment(run_every=REFRESH_SECONDS)
+def live_alerts() -> None:
+    """On every page (the sidebar): the alerts a watcher raised in the last day, each linking to its
+    run's Triage; a toast when one arrives while the page is open; the count in the tab's title."""
+    from dashboard.safe_text import md_text
+
+    alerts = queries.recent_alerts(queries.db_path())
+    seen = st.session_state.setdefault("alerts_seen", None)
+    keys = {(a.get("run"), a.get("verdict"), a.get("onset_step")) for a in alerts}
+    if seen is not None:
+        for a in alerts:
+            if (a.get("run"), a.get("verdict"), a.get("onset_step")) not in seen:
+                st.toast(f"ALERT {md_text(a.get('run'))}: {md_text(a.get('verdict'))} from step "
+                         f"{md_text(a.get('onset_step'))}", icon=":material/warning:", duration="long")
+    st.session_state["alerts_seen"] = keys
+    if not alerts:
+        return
+    with st.container(key="live_alerts"):
+        st.markdown(f":red-badge[:material/warning: {len(alerts)} live alert{'s' if len(alerts) != 1 else ''}]")
+        for i, a in enumerate(alerts[:5]):
+            onset = "" if a.get("onset_step") is None else f" from step {a['onset_step']}"
+            update = f" (update {a['revision']})" if int(a.get("revision") or 1) > 1 else ""
+            st.page_link("app_pages/triage.py", label=md_text(f"{a.get('run')}: {a.get('verdict')}{onset}{update}", 120),
+                         icon=":material/error:", query_params={"run": str(a.get("run"))})
+        if len(alerts) > 5:
+            st.caption(f"and {len(alerts) - 5} more")
+        st.html(_title_script(len(alerts)), unsafe_allow_javascript=True)

@@ -130,3 +130,19 @@ def step_times(db: str, version: int, run: str) -> pd.DataFrame:
     from moeproxy.downsample import step_times as _step_times
 
     return _step_times(Store(db), run)
+
+
+ALERT_HOURS = 24  # alerts shown on every page: those raised in the last day
+
+
+@st.cache_data(ttl=1, max_entries=8, show_spinner=False)
+def recent_alerts(db: str) -> list[dict]:
+    """The latest revision of each alert raised in the last ``ALERT_HOURS`` (newest first)."""
+    since = pd.Timestamp.now(tz="UTC") - pd.Timedelta(hours=ALERT_HOURS)
+    store = Store(db)
+    if store.path is not None and not Path(store.path).exists():
+        return []
+    latest: dict[str, dict] = {}
+    for alert in store.alerts(since=since.to_pydatetime()):
+        latest[str(alert.get("run"))] = alert  # oldest first: a later revision replaces the earlier
+    return sorted(latest.values(), key=lambda a: str(a.get("detected_at")), reverse=True)

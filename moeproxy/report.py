@@ -6,7 +6,10 @@ from the same downsampled series and figure builders as the dashboard: the triag
 non-finite markers and finding onsets, per-layer routing entropy, the findings with their
 evidence, and, with a proxy, the overlay, both verdicts, the fidelity card (``moeproxy.fidelity``),
 and the proxy recipe (``proxy_report.json`` given, else what
-the proxy run's metadata records). Every text from the store is HTML-escaped.
+the proxy run's metadata records). Every text from the store is HTML-escaped. The answer comes
+first (the same headline the terminal and the dashboard show); raw JSON (the fidelity card, the
+recipe) is folded away under ``<details>``; local file-system paths are shown by their last part
+only (a report is mailed and attached to tickets).
 """
 
 from __future__ import annotations
@@ -27,7 +30,27 @@ h1{margin-bottom:.2em} .muted{color:#666} table{border-collapse:collapse;margin:
 td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;font-size:.92em} th{background:#f5f5f5}
 .badge{display:inline-block;padding:.1em .6em;border-radius:1em;color:#fff;font-weight:600}
 .critical{color:#b00020} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}
+.answer{border:1px solid #ddd;border-radius:.5em;padding:.6em 1em;margin:1em 0;font-size:1.1em}
+details summary{cursor:pointer;color:#555;margin:.4em 0}
 """
+
+
+def _without_paths(value):
+    """``value`` (JSON-like) with every absolute path string cut to its last part: ``…/name``."""
+    if isinstance(value, dict):
+        return {k: _without_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_paths(v) for v in value]
+    if isinstance(value, str) and (value.startswith(("/", "~/", "\\\\")) or (len(value) > 2 and value[1:3] in (":\\", ":/"))):
+        name = value.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        return f"…/{name}" if name else "…"
+    return value
+
+
+def _folded(title: str, value) -> str:
+    return (f"<details><summary>{_e(title)}</summary>"
+            f"<pre>{_e(json.dumps(_without_paths(value), indent=2, default=str))}</pre></details>")
+
 def _e(value) -> str:
     return html.escape("" if value is None else str(value))
 
@@ -47,19 +70,32 @@ def _table(rows: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _answer_html(findings: dict | None) -> str:
+    """The headline (``moeproxy.diagnose.render.headline``): verdict, onset, confidence, the
+    verdict's evidence, the other readings."""
+    from moeproxy.diagnose.render import headline
+
+    if not findings:
+        return "<div class=answer>Not diagnosed (run <code>moeproxy diagnose RUN</code>).</div>"
+    head = headline(findings)
+    out = [f"<div class=answer>{_badge(head['verdict'])}"
+           + (f" from step <b>{_e(head['onset_step'])}</b>" if head["onset_step"] is not None else "")
+           + (f" · confidence <b>{_e(head['confidence'])}</b>"
+              + (f" <span class=muted>({_e(head['reason'])})</span>" if head["reason"] else "")
+              if head["confidence"] else "")]
+    if head["evidence"]:
+        out.append(f"<br><code>{_e(head['metric'])}</code>: {_e(head['evidence'])}")
+    for alt in head["alternatives"]:
+        out.append(f"<br>Another reading: <b>{_e(alt['category'])}</b> from step {_e(alt['onset_step'])} "
+                   f"({_e(alt['why'])})")
+    out.append("</div>")
+    return "".join(out)
+
+
 def _findings_html(findings: dict | None) -> str:
     if not findings:
         return "<p>Not diagnosed (run <code>moeproxy diagnose RUN</code>).</p>"
-    onset = findings.get("onset_step")
-    out = [f"<p>Verdict {_badge(findings.get('verdict'))}"
-           + (f" from step <b>{_e(onset)}</b>" if onset is not None else "")
-           + (f", confidence <b>{_e(findings['confidence'])}</b> ({_e(findings.get('confidence_reason', ''))})"
-              if findings.get("confidence") else "")
-           + f" <span class=muted>(detector {_e(findings.get('detector_version', '?'))})</span></p>"]
-    for alt in findings.get("alternatives") or []:
-        out.append(f"<p>Another reading: <b>{_e(alt['category'])}</b> from step {_e(alt['onset_step'])} "
-                   f"({_e(alt['why'])})</p>")
-    out.append("<ul>")
+    out = [f"<p class=muted>detector {_e(findings.get('detector_version', '?'))}</p>", "<ul>"]
     for f in findings.get("findings", []):
         cls = "critical" if f.get("severity") == "critical" else ""
         out.append(f"<li class='{cls}'><b>{_e(f.get('category'))}</b> ({_e(f.get('severity'))}) at step "
@@ -98,21 +134,27 @@ def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
 def render_report(store, run: str, proxy: str | None = None, proxy_report: dict | None = None,
                   buckets: int = 1500) -> str:
     """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
+    from moeproxy.diagnose.render import cited_metrics
     from moeproxy.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
     from moeproxy.downsample import layer_heatmap, m4_series, metric_names
+    from moeproxy.vocabulary import LAYER_PREFIX
 
     info = store.run_info(run)  # NotFound names the known runs
     stored = set(metric_names(store, run))
-    panels = [m for m in TRIAGE_PANELS if m in stored] or sorted(stored)[:3]
     findings = store.findings(run)
+    panels = [m for m in TRIAGE_PANELS if m in stored]
+    panels += [m for m in cited_metrics(findings) if m in stored and m not in panels and not m.startswith(LAYER_PREFIX)]
+    panels = panels or sorted(stored)[:3]
     series = m4_series(store, run, panels, buckets=buckets)
     parts = [f"<h1>Post-mortem: {_e(run)}</h1>",
              f"<p class=muted>moeproxy report, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}</p>",
+             _answer_html(findings),
              _table([{"run": run, "role": info.get("role"), "framework": info.get("framework"),
                       "format": info.get("format"), "steps": info.get("steps"), "metrics": info.get("metrics"),
                       "non-finite values": info.get("nonfinite"), "attempts": info.get("attempts")}]),
-             "<h2>Findings</h2>", _findings_html(findings), "<h2>Training curves</h2>",
-             _figure_html(triage_figure(series, panels, findings, title=run), first=True)]
+             "<h2>Training curves</h2>",
+             _figure_html(triage_figure(series, panels, findings), first=True),
+             "<h2>All findings</h2>", _findings_html(findings)]
     heat = layer_heatmap(store, run)
     if not heat.empty:
         parts += ["<h2>Routing entropy per layer</h2>", _figure_html(heatmap_figure(heat), first=False)]
@@ -127,7 +169,7 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
         fig = compare_figure(full_part, proxy_series, shared, align="step",
                              full_last_step=last_step(full_part), proxy_last_step=last_step(proxy_series),
                              full_findings=findings, proxy_findings=proxy_findings, names=(run, proxy))
-        parts += [f"<h2>Proxy run: {_e(proxy)}</h2>", _findings_html(proxy_findings),
+        parts += [f"<h2>Proxy run: {_e(proxy)}</h2>", _answer_html(proxy_findings),
                   "<h3>Full vs proxy</h3>", _figure_html(fig, first=False)]
         try:
             from moeproxy.fidelity import card_metrics, compare_runs
@@ -135,7 +177,7 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
             card = compare_runs(store, run, proxy)
             parts += ["<h3>Fidelity card</h3>",
                       _table([{"measure": label, "value": value} for label, value in card_metrics(card)]),
-                      f"<pre>{_e(json.dumps(card, indent=2, default=str))}</pre>"]
+                      _folded("the whole fidelity card (JSON)", card)]
         except MoeproxyError as exc:
             parts.append(f"<p class=muted>{_e(exc)}</p>")
         recipe = _recipe(store, proxy, proxy_report)
@@ -143,8 +185,9 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
         if recipe:
             summary = {k: recipe.get(k) for k in ("family", "experts_before", "experts_after", "top_k_before",
                                                   "top_k_after", "spec") if k in recipe}
-            parts += [_table([{k: json.dumps(v) if isinstance(v, dict) else v for k, v in summary.items()}])
-                      if summary else "", f"<pre>{_e(json.dumps(recipe, indent=2, default=str))}</pre>"]
+            parts += [_table([{k: json.dumps(_without_paths(v)) if isinstance(v, dict) else _without_paths(v)
+                               for k, v in summary.items()}]) if summary else "",
+                      _folded("the whole recipe (proxy_report.json)", recipe)]
         else:
             parts.append("<p class=muted>No proxy_report.json recorded for this run "
                          "(pass <code>--proxy-report FILE</code>).</p>")

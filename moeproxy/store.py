@@ -348,6 +348,7 @@ class Store:
                 f AS (SELECT run_id, arg_max(verdict, created_at) AS verdict,
                              arg_max(onset_step, created_at) AS onset_step FROM findings GROUP BY run_id)
                 SELECT r.name AS run, r.role, r.proxy_of, r.framework, r.format,
+                       coalesce(CAST(json_extract(r.meta, '$.tags') AS VARCHAR[]), []) AS tags,
                        coalesce(s.steps, 0) AS steps, coalesce(s.metrics, 0) AS metrics,
                        coalesce(s.rows, 0) AS rows, coalesce(s.nonfinite, 0) AS nonfinite,
                        coalesce(s.attempts, 0) AS attempts, s.last_step, f.verdict, f.onset_step, r.created_at
@@ -521,10 +522,18 @@ class Store:
                 "s.skipped_lines FROM watch_files w JOIN runs r USING (run_id) "
                 "JOIN sources s USING (source_id) ORDER BY w.source_id").df().to_dict("records")
 
-    def alerts(self, run: str | None = None) -> list[dict]:
-        """The alerts raised (the JSON objects, oldest first), of one run or of all."""
+    def alerts(self, run: str | None = None, since: datetime | None = None) -> list[dict]:
+        """The alerts raised (the JSON objects, oldest first), of one run or of all; with ``since``,
+        only those raised from then on."""
         with self.read() as con:
-            where, params = ("WHERE r.name = ?", [run]) if run is not None else ("", [])
+            conditions, params = [], []
+            if run is not None:
+                conditions.append("r.name = ?")
+                params.append(run)
+            if since is not None:
+                conditions.append("a.raised_at >= ?")
+                params.append(since)
+            where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
             rows = con.execute(f"SELECT a.alert FROM alerts a JOIN runs r USING (run_id) {where} "
                                "ORDER BY a.raised_at", params).fetchall()
         return [json.loads(r[0]) for r in rows]
@@ -547,6 +556,23 @@ class Store:
                 self._run_id(tx.con, proxy_of)
             tx.con.execute("UPDATE runs SET role = ?, proxy_of = ? WHERE name = ?", [role, proxy_of, run])
 
+    def set_tags(self, run: str, tags) -> list[str]:
+        """Replace a run's tags (kept in the run's ``meta``): stripped, printable, at most 20 of 40
+        characters each, without duplicates; returns them."""
+        clean: list[str] = []
+        for tag in tags:
+            tag = "".join(c for c in str(tag) if c.isprintable()).strip()[:40]
+            if tag and tag not in clean:
+                clean.append(tag)
+        clean = clean[:20]
+        with self.write() as tx:
+            run_id = self._run_id(tx.con, run)
+            meta = _first(tx.con.execute("SELECT meta FROM runs WHERE run_id = ?", [run_id]))[0]
+            meta = json.loads(meta) if meta else {}
+            meta["tags"] = clean
+            tx.con.execute("UPDATE runs SET meta = ? WHERE run_id = ?", [json.dumps(meta), run_id])
+        return clean
+
     def delete_run(self, run: str) -> None:
         with self.write() as tx:
             run_id = self._run_id(tx.con, run)
@@ -568,6 +594,7 @@ class Store:
                 f AS (SELECT run_id, arg_max(verdict, created_at) AS verdict,
                              arg_max(onset_step, created_at) AS onset_step FROM findings GROUP BY run_id)
                 SELECT r.name AS run, r.role, r.proxy_of, r.framework, r.format,
+                       coalesce(CAST(json_extract(r.meta, '$.tags') AS VARCHAR[]), []) AS tags,
                        coalesce(s.steps, 0) AS steps, coalesce(m.metrics, 0) AS metrics,
                        coalesce(s.rows, 0) AS rows, coalesce(s.nonfinite, 0) AS nonfinite,
                        coalesce(s.attempts, 0) AS attempts, f.verdict, f.onset_step, r.created_at

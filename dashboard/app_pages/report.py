@@ -17,13 +17,15 @@ run = queries.selected_run(table, key="report_run")
 if run is None:
     st.info("No runs yet: ingest one on the Runs page.")
     st.stop()
-proxies = table.loc[(table["proxy_of"] == run) | (table["role"] == "proxy"), "run"].tolist()
-proxies = [p for p in proxies if p != run]
-linked = table.loc[table["proxy_of"] == run, "run"].tolist()
-proxy = st.selectbox("Proxy run (optional)", ["(none)"] + proxies,
-                     index=1 + proxies.index(linked[0]) if linked and linked[0] in proxies else 0,
-                     key="report_proxy")
-proxy = None if proxy == "(none)" else proxy
+# the proxy follows the run: only the runs linked as its proxies are offered (keyed by the run, so a
+# choice made for one run never carries over to another), none when it has none
+linked = [p for p in table.loc[table["proxy_of"] == run, "run"].tolist() if p != run]
+if linked:
+    proxy = st.selectbox("Proxy run", ["(none)"] + linked, index=1, key=f"report_proxy:{run}")
+    proxy = None if proxy == "(none)" else proxy
+else:
+    proxy = None
+    st.caption("No proxy run is linked to this run (link one on the Runs page); the report covers the run alone.")
 recipe_path = None
 if proxy is not None:
     from moeproxy import jobs
@@ -33,7 +35,7 @@ if proxy is not None:
     labels = {f"job {j['job_id']} ({(j.get('spec') or {}).get('params', {}).get('src', '?')})":
               str(jobs.build_report_path(j["job_dir"])) for j in built}
     choice = st.selectbox("Proxy recipe", ["(next to the proxy run's logs, if any)"] + list(labels),
-                          key="report_recipe", help="The proxy_report.json of a finished build job")
+                          key=f"report_recipe:{proxy}", help="The proxy_report.json of a finished build job")
     recipe_path = labels.get(choice)
 
 

@@ -87,18 +87,48 @@ table = queries.runs(db, version)
 if table.empty:
     st.info("No runs yet. Ingest a log below, or from a shell: `moeproxy ingest PATH --run NAME`.")
 else:
-    shown = table[["run", "role", "proxy_of", "framework", "format", "steps", "metrics", "nonfinite",
-                   "attempts", "verdict", "onset_step"]].copy()
+    verdicts = sorted({v if isinstance(v, str) else "not diagnosed" for v in table["verdict"]})
+    every_tag = sorted({t for tags in table["tags"] for t in tags})
+    f1, f2, f3 = st.columns([2, 2, 2])
+    wanted_verdicts = f1.multiselect("Verdict", verdicts, key="runs_verdicts", placeholder="every verdict")
+    wanted_tags = f2.multiselect("Tags", every_tag, key="runs_tags", placeholder="every tag",
+                                 disabled=not every_tag)
+    name_part = f3.text_input("Run name contains", key="runs_name")
+    shown = table[["run", "role", "proxy_of", "framework", "steps", "metrics", "nonfinite", "verdict",
+                   "onset_step", "tags"]].copy()
     shown["verdict"] = shown["verdict"].fillna("not diagnosed")
+    shown["proxy_of"] = shown["proxy_of"].fillna("")
+    shown["onset_step"] = shown["onset_step"].astype("Int64").astype(str).replace("<NA>", "")
     live = queries.live_runs(db)
     shown.insert(1, "live", ["live" if r in live else "" for r in shown["run"]])
+    if wanted_verdicts:
+        shown = shown[shown["verdict"].isin(wanted_verdicts)]
+    if wanted_tags:
+        shown = shown[[bool(set(wanted_tags) & set(t)) for t in shown["tags"]]]
+    if name_part:
+        shown = shown[shown["run"].str.contains(name_part, regex=False)]
+    st.caption(f"{len(shown)} of {len(table)} runs · click a row to open it in Triage")
     # every run in view up to TABLE_ROWS (the default shows ten and scrolls the rest)
-    st.dataframe(shown, hide_index=True, width="stretch", key="runs_table",
-                 height=min(len(shown), TABLE_ROWS) * ROW_PX + ROW_PX + 3,
-                 column_config={"nonfinite": st.column_config.NumberColumn("non-finite"),
-                                "onset_step": st.column_config.NumberColumn("onset step"),
-                                "live": st.column_config.TextColumn("watch", help="live: a `moeproxy watch` "
-                                                                    "stored rows of this run in the last minute")})
+    picked = st.dataframe(
+        shown, hide_index=True, width="stretch", key="runs_table", on_select="rerun", selection_mode="single-row",
+        height=min(max(len(shown), 1), TABLE_ROWS) * ROW_PX + ROW_PX + 3,
+        column_config={"run": st.column_config.TextColumn("run", width="medium"),
+                       "live": st.column_config.TextColumn("watch", width="small", help="live: a `moeproxy watch` "
+                                                           "stored rows of this run in the last minute"),
+                       "role": st.column_config.TextColumn("role", width="small"),
+                       "proxy_of": st.column_config.TextColumn("proxy of", width="medium"),
+                       "framework": st.column_config.TextColumn("framework", width="small"),
+                       "steps": st.column_config.NumberColumn("steps", width="small"),
+                       "metrics": st.column_config.NumberColumn("metrics", width="small"),
+                       "nonfinite": st.column_config.NumberColumn("non-finite", width="small"),
+                       "verdict": st.column_config.TextColumn("verdict", width="medium"),
+                       "onset_step": st.column_config.TextColumn("onset step", width="small"),
+                       "tags": st.column_config.ListColumn("tags", width="medium")})
+    rows = (picked or {}).get("selection", {}).get("rows", []) if picked else []
+    if rows:
+        chosen = str(shown.iloc[rows[0]]["run"])
+        st.session_state["run"] = chosen
+        st.switch_page("app_pages/triage.py", query_params={"run": chosen})
     show_glance(db, version, table)
 
 st.subheader("Ingest logs")
@@ -152,6 +182,20 @@ if names:
             queries.store().set_role(proxy_run, "proxy", proxy_of=full_run)
             queries.store().set_role(full_run, "full")
             st.session_state["ingest_message"] = [f"{proxy_run} is now the proxy of {full_run}"]
+        except Exception as exc:
+            st.error(md_failure(exc))
+        else:
+            st.rerun()
+
+    st.subheader("Tag a run")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    tag_run = c1.selectbox("Run", names, key="tag_run")
+    current = next((list(t) for r, t in zip(table["run"], table["tags"]) if r == tag_run), [])
+    tag_text = c2.text_input("Tags (comma-separated)", value=", ".join(current), key=f"tag_text:{tag_run}")
+    if c3.button("Save tags", key="tag_button"):
+        try:
+            saved = queries.store().set_tags(tag_run, tag_text.split(","))
+            st.session_state["ingest_message"] = [f"{tag_run}: tags {', '.join(saved) or '(none)'}"]
         except Exception as exc:
             st.error(md_failure(exc))
         else:

@@ -6,6 +6,14 @@ contract of shared/DESIGN.md: ``{"run", "verdict", "onset_step", "severity", "co
 the alerts file (flushed and fsynced), a human line on stdout, and a POST of the same JSON to the
 webhook from a background thread (``webhook.WebhookSender``; ingest never waits for it).
 
+One alert per failure: a run's first failing diagnosis raises it (``revision`` 1); a later
+diagnosis that reads the same failure differently *updates* it (``revision`` 2, 3 ..., with
+``replaces``: the verdict and onset it corrects) only when it explains more — it starts earlier, or
+at the same record and upstream in LABELS.md's causal chain — and never when it merely moves the
+onset back a record or two before the first non-finite value of an overflow (the first inf stays
+the root cause unless something clearly earlier explains it). Anything else (a consequence, a
+later or downstream reading) raises nothing: ``next_alert`` decides.
+
 An alert is one (run, verdict, onset step): the alerts file gets each at most once, across
 restarts too (the file's alerts are read when it is first used). Before each append the file's end
 is repaired: a last line cut short (a kill or a full disk mid-write) is completed when it is a whole
@@ -32,24 +40,61 @@ from pathlib import Path
 from moeproxy.terminal import shown
 from moeproxy.watch.webhook import WebhookSender, redact_url
 
-ALERT_KEYS = ("run", "verdict", "onset_step", "severity", "confidence", "evidence", "last_step", "detected_at")
+ALERT_KEYS = ("run", "verdict", "onset_step", "severity", "confidence", "evidence", "last_step", "detected_at",
+              "revision")  # and "replaces" on an update
 REPAIR_WINDOW = 1 << 20  # bytes before the end searched for the last newline when the last line is cut
 
-__all__ = ["ALERT_KEYS", "AlertSink", "WebhookSender", "alert_key", "alert_line", "make_alert", "redact_url"]
+__all__ = ["ALERT_KEYS", "AlertSink", "WebhookSender", "alert_key", "alert_line", "make_alert", "next_alert",
+           "redact_url"]
 
 
-def make_alert(run: str, result: dict, last_step: int | None) -> dict:
+def make_alert(run: str, result: dict, last_step: int | None, previous: dict | None = None) -> dict:
     """The alert for a diagnosis whose verdict is a failure: the verdict's own finding gives the
-    severity and evidence (the earliest of that category)."""
+    severity and evidence (the earliest of that category). With ``previous`` (the run's open alert),
+    an update of it: the next revision, and what it replaces."""
     verdict = result["verdict"]
     own = [f for f in result.get("findings", []) if f.get("category") == verdict]
     first = min(own, key=lambda f: (f.get("severity") != "critical", f.get("onset_step") or 0), default={})
-    return {
+    alert = {
         "run": run, "verdict": verdict, "onset_step": result.get("onset_step"),
         "severity": first.get("severity", "critical"), "confidence": result.get("confidence"),
         "evidence": first.get("evidence", ""), "last_step": last_step,
         "detected_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "revision": 1 if previous is None else int(previous.get("revision", 1)) + 1,
     }
+    if previous is not None:
+        alert["replaces"] = {"verdict": previous["verdict"], "onset_step": previous["onset_step"]}
+    return alert
+
+
+def _chain_rank(verdict: str) -> int:
+    from moeproxy.diagnose.rules import CHAIN, label_of
+
+    label = label_of(verdict)
+    return CHAIN.index(label) if label in CHAIN else len(CHAIN)
+
+
+def next_alert(open_alert: dict | None, run: str, result: dict, last_step: int | None,
+               tie_steps: float = 0.0) -> dict | None:
+    """The alert (new, or an update of ``open_alert``) a diagnosis calls for, or None. ``tie_steps``:
+    how many steps two records apart are (two records of the log), within which two onsets count as
+    the same start."""
+    verdict, onset = result.get("verdict"), result.get("onset_step")
+    if verdict in (None, "healthy") or onset is None:
+        return None
+    if open_alert is None:
+        return make_alert(run, result, last_step)
+    old_verdict, old_onset = open_alert["verdict"], open_alert.get("onset_step")
+    if (verdict, onset) == (old_verdict, old_onset):
+        return None
+    if old_onset is None:
+        return make_alert(run, result, last_step, open_alert)
+    if old_verdict == "overflow":  # the first non-finite value: only something clearly earlier explains it
+        explains = onset < old_onset - tie_steps
+    else:
+        explains = onset < old_onset - tie_steps or (
+            abs(onset - old_onset) <= tie_steps and _chain_rank(verdict) < _chain_rank(old_verdict))
+    return make_alert(run, result, last_step, open_alert) if explains else None
 
 
 def alert_key(alert: dict) -> tuple:
@@ -60,6 +105,10 @@ def alert_key(alert: dict) -> tuple:
 def alert_line(alert: dict) -> str:
     """One line for people (the run name is printed as given, inside quotes)."""
     onset = "" if alert["onset_step"] is None else f" from step {alert['onset_step']}"
+    replaced = alert.get("replaces")
+    if replaced:
+        was = "" if replaced.get("onset_step") is None else f" from step {replaced['onset_step']}"
+        onset += f" (update {alert.get('revision')}: was {replaced.get('verdict')}{was})"
     return shown(f"ALERT run {alert['run']!r}: {alert['verdict']}{onset} ({alert['severity']}, "
                  f"{alert['confidence']} confidence; last step {alert['last_step']}): {alert['evidence']}")
 

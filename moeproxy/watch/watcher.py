@@ -4,7 +4,8 @@ runs that grew, and raises an alert at a run's first critical finding.
 One cycle (every ``interval`` seconds): scan the watched paths (new files, rotated ones), read each
 followed file's new complete bytes (``follow.FollowedFile``), store them in one short transaction
 together with each file's new position, diagnose the runs that grew, then record and emit each
-alert whose (verdict, onset) the run has not raised before (``alerts``).
+alert when a run's diagnosis first names a failure, or an update of that alert when a later
+diagnosis explains it better (``alerts.next_alert``: one alert per failure).
 
 Concurrency: DuckDB lets one process at a time open the database file read-write, and while it
 does no other process can open it at all, not even read-only (a second open fails on the file
@@ -47,7 +48,7 @@ from moeproxy.contracts import ROLES
 from moeproxy.errors import InputError, StoreBusy
 from moeproxy.ingest import default_run_name, rows_to_store
 from moeproxy.terminal import shown
-from moeproxy.watch.alerts import AlertSink, make_alert
+from moeproxy.watch.alerts import AlertSink, next_alert
 from moeproxy.watch.claims import Claims
 from moeproxy.watch.follow import Chunk, FileGone, FollowedFile, FollowError, OpenFiles
 from moeproxy.watch.outputs import OwnFiles, check_alerts_path
@@ -94,7 +95,8 @@ class RunState:
     due: bool = True  # diagnose at the next chance (new rows arrived)
     urgent: bool = True  # ... at once (a non-finite value or a jump out of the envelope)
     last_diagnosed: float = 0.0
-    raised: set | None = None  # (verdict, onset) pairs alerted, from the store at first use
+    alert: dict | None = None  # the run's open alert (its latest revision), from the store at first use
+    alert_loaded: bool = False
     saved: tuple | None = None  # (verdict, onset, confidence) last written to findings
 
 
@@ -469,9 +471,9 @@ class Watcher:
                 continue
             state.due = state.urgent = False
             state.last_diagnosed = now
-            if state.raised is None:
+            if not state.alert_loaded:
                 stored = self.store.alerts(run)
-                state.raised = {(a["verdict"], a["onset_step"]) for a in stored}
+                state.alert, state.alert_loaded = (stored[-1] if stored else None), True
                 for alert in self.sink.missing(stored):  # recorded, then killed before it was written
                     self.sink.emit(alert)
             frames[run] = self.store.run_frame(run)
@@ -488,10 +490,9 @@ class Watcher:
                 self.say(f"moeproxy watch: run {run!r}: diagnosis failed ({type(result).__name__}: "
                          f"{str(result)[:300]}); its rows are stored, it is diagnosed again when it grows", err=True)
                 continue
-            key = (result["verdict"], result["onset_step"])
-            alert = None
-            if result["verdict"] != "healthy" and key not in state.raised:
-                alert = make_alert(run, result, int(frame["step"].max()))
+            steps = np.unique(frame["step"].to_numpy())
+            gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
+            alert = next_alert(state.alert, run, result, int(frame["step"].max()), tie_steps=2 * gap)
             changed = (result["verdict"], result["onset_step"], result.get("confidence")) != state.saved
             if alert is not None or changed:
                 updates.append((run, result if changed else None, alert))
@@ -514,7 +515,7 @@ class Watcher:
                 if result is not None:
                     state.saved = (result["verdict"], result["onset_step"], result.get("confidence"))
                 if alert is not None:
-                    state.raised.add((alert["verdict"], alert["onset_step"]))
+                    state.alert = alert
                     self.sink.emit(alert)
                     report.alerts.append(alert)
         return len(frames)

@@ -167,5 +167,11 @@ def test_proxy_page_refuses_a_checkpoint_outside_the_roots(app):
 def test_report_page_offers_the_html(app):
     app.switch_page("app_pages/report.py").run()
     assert not app.exception
-    assert app.selectbox(key="report_proxy").value == "demo-proxy"
+    assert app.selectbox(key="report_proxy:demo-full").value == "demo-proxy"
     assert any("moeproxy report demo-full --proxy demo-proxy" in c.value for c in app.caption)
+    # the proxy follows the run: a run with no proxy of its own gets none, and no recipe
+    app.selectbox(key="report_run").set_value("demo-proxy").run()
+    assert not app.exception
+    assert not [s for s in app.selectbox if s.key.startswith(("report_proxy", "report_recipe"))]
+    assert any("moeproxy report demo-proxy -o" in c.value for c in app.caption)
+    assert any("No proxy run is linked" in c.value for c in app.caption)

@@ -76,7 +76,7 @@ def test_an_overflow_is_alerted_once_within_5_s_and_kill_9_loses_and_repeats_not
         written = float(marker.read_text())
         alert = alerts[0]
         assert set(alert) == {"run", "verdict", "onset_step", "severity", "confidence", "evidence", "last_step",
-                              "detected_at"}
+                              "detected_at", "revision"} and alert["revision"] == 1
         assert (alert["run"], alert["verdict"], alert["onset_step"], alert["severity"]) == \
             ("grpo-run", "overflow", 150, "critical")
         assert alert["last_step"] >= 150 and "grad_norm" in alert["evidence"]
