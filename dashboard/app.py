@@ -45,20 +45,22 @@ def load_demo_once(db: str) -> str:
 
 demo_note = load_demo_once(queries.db_path())
 
-PAGES = [
-    st.Page("app_pages/runs.py", title="Runs", icon=":material/table_rows:", url_path="all-runs", default=True),
-    st.Page("app_pages/triage.py", title="Triage", icon=":material/monitor_heart:", url_path="triage"),
-    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare:", url_path="compare"),
-    st.Page("app_pages/proxy.py", title="Proxy", icon=":material/account_tree:", url_path="proxy"),
-    st.Page("app_pages/report.py", title="Report", icon=":material/description:", url_path="report"),
+PAGE_SPECS = [  # (script, title, icon, url path)
+    ("app_pages/runs.py", "Runs", ":material/table_rows:", "all-runs"),
+    ("app_pages/triage.py", "Triage", ":material/monitor_heart:", "triage"),
+    ("app_pages/compare.py", "Compare", ":material/compare:", "compare"),
+    ("app_pages/proxy.py", "Proxy", ":material/account_tree:", "proxy"),
+    ("app_pages/report.py", "Report", ":material/description:", "report"),
 ]
+PAGES = [st.Page(path, title=title, icon=icon, url_path=url, default=i == 0)
+         for i, (path, title, icon, url) in enumerate(PAGE_SPECS)]
 # The default page is served at "/" only; "/runs" (a link someone typed or kept) leads to it too.
 RUNS_ALIAS = st.Page("app_pages/runs_alias.py", title="Runs", url_path="runs")
 # the menu is drawn here (page links), so the alias never shows in it
 page = st.navigation([*PAGES, RUNS_ALIAS], position="hidden")
 with st.sidebar:
-    for p in PAGES:
-        st.page_link(p, label=p.title, icon=p.icon)
+    for p, (_, title, icon, _) in zip(PAGES, PAGE_SPECS):
+        st.page_link(p, label=title, icon=icon)
     st.divider()
     live_alerts()
     st.caption(f"Store: {md_code(queries.db_path())}")

@@ -1,5 +1,5 @@
-"""Compare a full run and its proxy: the triage panels overlaid (by step or by fraction of the run)
-and the fidelity card of ``moeproxy compare``."""
+"""Compare a full run and its proxy: the triage panels overlaid (by step or by fraction of the run),
+with any other runs added to the overlay, and the fidelity card of ``moeproxy compare``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ full_choices = [r for r in table["run"].tolist() if r != proxy_run]
 if st.session_state.get("compare_full") not in full_choices:
     st.session_state["compare_full"] = linked_full(proxy_run) or full_choices[0]
 full_run = c2.selectbox("Full run", full_choices, key="compare_full")
+extra_runs = st.multiselect("More runs on the overlay (e.g. other proxies, random pruning, a rerun)",
+                            [r for r in table["run"].tolist() if r not in (full_run, proxy_run)],
+                            key="compare_more_runs", max_selections=6)
 
 stored = sorted(set(queries.metrics(db, version, full_run)) & set(queries.metrics(db, version, proxy_run)))
 c1, c2, c3 = st.columns([2, 1, 1])
@@ -67,14 +70,20 @@ def overlay() -> None:
                                 attempts=int(attempts.get(proxy_run, 0)))
     full_findings = queries.findings(db, now, full_run)
     proxy_findings = queries.findings(db, now, proxy_run)
+    others = []
+    for i, name in enumerate(extra_runs):
+        series = grown_series(db, now, name, tuple(panels), f"compare_more_series_{i}",
+                              attempts=int(attempts.get(name, 0)))
+        others.append((name, series, last_step(series), queries.findings(db, now, name)))
     fig = compare_figure(full_series, proxy_series, panels, align=align,
                          full_last_step=last_step(full_series), proxy_last_step=last_step(proxy_series),
                          full_findings=full_findings, proxy_findings=proxy_findings,
-                         names=(full_run, proxy_run), smoothing=smoothing or None)
+                         names=(full_run, proxy_run), smoothing=smoothing or None, others=others)
     st.plotly_chart(fig, key="compare_chart", width="stretch")
 
     st.subheader("Fidelity card")
-    for name, found in ((full_run, full_findings), (proxy_run, proxy_findings)):
+    for name, found in ((full_run, full_findings), (proxy_run, proxy_findings),
+                        *((o[0], o[3]) for o in others)):
         onset = (found or {}).get("onset_step")
         st.markdown(f"**{md_code(name)}**: {verdict_badge((found or {}).get('verdict'))}"
                     + (f" from step {onset}" if onset is not None else ""))

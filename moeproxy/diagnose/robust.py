@@ -33,6 +33,8 @@ class Departure:
     scale: float        # baseline sigma (transformed units)
     peak: int           # most extreme record of the run
     count: int          # records beyond the band (dips inside the run not counted)
+    base_first: int = -1  # first and last record of the baseline median's window
+    base_last: int = -1
 
 
 def log10_positive(values: np.ndarray) -> np.ndarray:
@@ -145,7 +147,8 @@ def find_departures(
                               min_delta) if refine and count >= 2 else t
         out.append(Departure(onset=int(idx[onset]), first=int(idx[t]), end=int(idx[end]),
                              recovered=recovered, baseline=float(base), scale=scale,
-                             peak=int(idx[peak]), count=int(count)))
+                             peak=int(idx[peak]), count=int(count),
+                             base_first=int(idx[max(0, t - window)]), base_last=int(idx[t - 1])))
         t = end + 1
     return out
 

@@ -27,6 +27,7 @@ class Shift:
     peak: float         # most extreme value of the shift
     records: int
     recovered: bool
+    baseline_steps: tuple[int, int] | None = None  # first and last step of the baseline's records
 
 
 def sustained_shift(series: pd.Series, direction: int, *, z: float, min_history: int,
@@ -49,5 +50,6 @@ def sustained_shift(series: pd.Series, direction: int, *, z: float, min_history:
         if (not d.recovered and records >= end_records) or records >= min_records:
             base = 10 ** d.baseline if factor is not None else d.baseline
             return Shift(int(steps[d.onset]), int(steps[d.first]), int(steps[d.peak]),
-                         int(steps[d.end]), float(base), float(values[d.peak]), records, d.recovered)
+                         int(steps[d.end]), float(base), float(values[d.peak]), records, d.recovered,
+                         (int(steps[d.base_first]), int(steps[d.base_last])))
     return None

@@ -109,7 +109,12 @@ def test_triage_zoom_state_requeries_the_range(app):
     assert "zoom:demo-full" not in app.session_state
 
 
-def test_compare_page_overlays_and_shows_the_fidelity_card(app):
+def test_compare_page_overlays_and_shows_the_fidelity_card(app, app_env):
+    from moeproxy.ingest import ingest_paths
+
+    for i in range(2):  # two more runs to overlay
+        ingest_paths(Store(app_env / "runs.duckdb"), [write_run_log(app_env / f"more{i}.jsonl", steps=200,
+                                                                    fault_step=None, seed=20 + i)], run=f"more-{i}")
     app.switch_page("app_pages/compare.py").run()
     assert not app.exception
     assert app.selectbox(key="compare_proxy").value == "demo-proxy"
@@ -123,6 +128,13 @@ def test_compare_page_overlays_and_shows_the_fidelity_card(app):
     xs = [x for t in spec["data"] if isinstance(t.get("x"), list) for x in t["x"]]
     assert spec["layout"]["xaxis"]["title"]["text"] == "fraction of run"
     assert not xs or max(xs) <= 1.0
+    # more runs on one overlay, each its own colour
+    others = ["more-0", "more-1"]
+    app.multiselect(key="compare_more_runs").set_value(others).run()
+    assert not app.exception
+    spec = next(iter(plotly_specs(app).values()))
+    lines = {t["name"]: t["line"]["color"] for t in spec["data"] if t.get("mode") == "lines" and "line" in t}
+    assert set(others) <= set(lines) and len({lines[n] for n in ["demo-full", "demo-proxy", *others]}) == 4
 
 
 def test_compare_follows_the_proxy_link_when_the_proxy_changes(app, app_env):

@@ -73,8 +73,10 @@ def test_runs_triage_compare(page, server):
     chart = page.locator(".st-key-triage_chart .js-plotly-plot")
     sync_api.expect(chart).to_be_visible()
     assert chart.locator(".scatterlayer .trace").count() >= 3  # grad_norm, loss, routing_entropy (+ markers)
-    main = page.get_by_test_id("stMain")
-    sync_api.expect(main.get_by_text("Verdict")).to_be_visible()
+    banner = page.locator(".st-key-verdict_banner")  # the answer first: above the fold, before the chart
+    sync_api.expect(banner.get_by_text(re.compile("confidence"))).to_be_visible()
+    assert banner.bounding_box()["y"] + banner.bounding_box()["height"] < 900
+    assert banner.bounding_box()["y"] < chart.bounding_box()["y"]
     sync_api.expect(page.locator(".st-key-triage_heatmap .js-plotly-plot")).to_be_visible()
     shoot(page, "02-triage")
 
@@ -174,7 +176,7 @@ def test_a_watched_run_grows_on_triage_without_a_reload(page, server, tmp_path):
     from moeproxy.store import Store
 
     store = Store(SERVER["db"])
-    for i in range(2):  # healthy history for the band
+    for i in range(3):  # healthy history for the band (three comparable runs: the same framework and kind)
         name = f"healthy-{i}"
         ingest_paths(store, [write_run_log(tmp_path / f"{name}.jsonl", steps=300, fault_step=None, seed=10 + i)],
                      run=name)

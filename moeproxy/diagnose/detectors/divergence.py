@@ -12,7 +12,9 @@ fp16 loss-scale search at start-up are ignored; RL policy losses (signed, near z
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import find_departures, fmt, log10_positive
@@ -95,10 +97,12 @@ def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     for k in range(1, v.size - 1):
         if floor_after[k] >= cfg.loss_rise_over_best * best[k - 1]:
             top = k + int(np.argmax(v[k:]))
+            low = k + int(np.argmin(v[k:]))
+            b = int(np.argmin(v[:k]))
             return Finding(DIVERGENCE, int(st[k]), CRITICAL, name, "rise_over_best",
-                           f"{name} rose from its best of {fmt(best[k - 1])} to {fmt(v[k])} at step {int(st[k])} "
-                           f"and never came back (at least {fmt(floor_after[k])} in the {v.size - k} records "
-                           f"after, peak {fmt(v[top])} at step {int(st[top])})")
+                           f"{name} rose from its best, {fmt(v[b])} at step {int(st[b])}, to {fmt(v[k])} at step "
+                           f"{int(st[k])} and never came back: over the {v.size - k} records from there, lowest "
+                           f"{fmt(v[low])} at step {int(st[low])}, peak {fmt(v[top])} at step {int(st[top])}")
     return None
 
 
@@ -117,6 +121,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     """``loss``: the run's loss, given for a grad-norm series of a run that is not RL."""
     if start_end is not None:
         series = series[series.index > start_end]
+    raw = series  # the records as logged: what the evidence quotes
     if rl and kind == "grad":
         series = _zero_advantage_masked(series, cfg)
     vals = series.to_numpy()
@@ -134,7 +139,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         if hit is not None:
             early.append(hit)
     if finite.size <= cfg.min_history:
-        return early + _huge_spikes(name, series.iloc[:cut], [], [], cfg)
+        return early + _huge_spikes(name, series.iloc[:cut], [], [], cfg, raw)
     factor = cfg.grad_norm_factor if kind == "grad" else cfg.loss_factor
     y = log10_positive(prefix)
     deps = find_departures(y, +1, min_delta=float(np.log10(factor)), z=cfg.robust_z,
@@ -144,13 +149,23 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     out: list[Finding] = []
     blips: list[tuple[int, float]] = []
     final_step = int(steps[last]) if last >= 0 else None
+    used = pd.Series(np.where(np.isfinite(y), prefix, np.nan), index=steps[:cut])
+
+    def times(d, j: int) -> str:
+        """"31x the median 1.3 over steps 2-11": record j against the departure's baseline."""
+        recs = used.iloc[d.base_first:d.base_last + 1]
+        return f"{ev.ratio(float(raw.iloc[j]), ev.median_value(recs))} the {ev.median_of(recs, raw)}"
+
+    def against(d, j: int) -> str:
+        """"40 at step 12 (31x the median 1.3 over steps 2-11)"."""
+        return f"{ev.rec(raw, steps[j])} ({times(d, j)})"
+
     for d in deps:
         peak = 10 ** (y[d.peak] - d.baseline)
-        base = 10 ** d.baseline
         n_rec = d.count
         at_end = d.end == last
         if at_end and truncated:
-            critical, tail = n_rec >= 2, (f"; then {fmt(vals[cut])} at step {int(steps[cut])}")
+            critical, tail = n_rec >= 2, (f"; then {ev.rec(raw, steps[cut])}")
         elif at_end:
             critical, tail = n_rec >= 2, "; it had not come back by the last record"
         else:
@@ -160,56 +175,57 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
             # one record up, then the series turns non-finite: not a blip that recovered. The
             # overflow keeps the verdict unless the spike is large and a lasting change starts with
             # it (verdict.py promotes a large_spike); either way this says what came just before
-            what = (f"{name} rose to {fmt(peak)}x its median of {fmt(base)} at step {int(steps[d.first])}, "
-                    f"the last finite record before {fmt(vals[cut])} at step {int(steps[cut])}")
+            what = (f"{name} rose to {against(d, d.first)}, the last finite record before "
+                    f"{ev.rec(raw, steps[cut])}")
             rule = "large_spike" if peak >= cfg.large_spike else "spike_before_nonfinite"
             out.append(Finding(DIVERGENCE, int(steps[d.first]), WARNING, name, rule, what))
             continue
         if not critical:
-            blips.append((int(steps[d.first]), peak))
+            blips.append((int(steps[d.first]), peak, (ev.rec(raw, steps[d.peak]), times(d, d.peak))))
             continue
         if kind == "grad" and not at_end and (rl or peak < cfg.grad_blowup_factor):
             # a grad norm that runs high for a few updates and settles (an RL policy's at any
             # size; otherwise below LABELS.md's x100) came back: a warning, unless a lasting
             # change (loss, reward, entropy, KL, length) starts with it (verdict.py promotes it)
             out.append(Finding(DIVERGENCE, int(steps[d.onset]), WARNING, name, "grad_excursion",
-                               f"{name} ran {fmt(peak)}x above its median of {fmt(base)} for {n_rec} records "
-                               f"from step {int(steps[d.onset])}; back in band after step {int(steps[d.end])}"))
+                               f"{name} ran up {ev.move(raw, steps[d.onset])}, peak {against(d, d.peak)}, "
+                               f"{n_rec} records above its noise band; back in band after step {int(steps[d.end])}"))
             continue
         if kind == "grad" and loss is not None and not truncated and _loss_kept_falling(loss, steps[d.onset], steps[d.end]):
             # grad norms grow over healthy training (weight norms grow, the lr decays); a rise
             # while the loss keeps improving is not a divergence
             out.append(Finding(DIVERGENCE, int(steps[d.onset]), WARNING, name, "grad_rise_loss_falling",
-                               f"{name} rose {fmt(peak)}x above its median of {fmt(base)} from step "
-                               f"{int(steps[d.onset])} while the loss kept falling"))
+                               f"{name} rose {ev.move(raw, steps[d.onset])}, peak {against(d, d.peak)}, "
+                               f"while the loss kept falling"))
             continue
         rule = "sustained_rise" if at_end else "multi_record_spike"
         top = d.onset + int(np.nanargmax(np.where(np.isfinite(y[d.onset:]), y[d.onset:], -np.inf)))
         if not at_end and not truncated:
             top = d.peak
         out.append(Finding(DIVERGENCE, int(steps[d.onset]), CRITICAL, name, rule,
-                           f"{name} went from a median of {fmt(base)} to {fmt(vals[top])} "
-                           f"({fmt(10 ** (y[top] - d.baseline))}x) between step {int(steps[d.onset])} "
-                           f"and {int(steps[top])}, {n_rec} records above its noise band{tail}"))
+                           f"{name} went {ev.move(raw, steps[d.onset])}"
+                           + (f", up to {against(d, top)}" if top != d.onset else f" ({times(d, top)})")
+                           + f", {n_rec} records above its noise band{tail}"))
         blips = [b for b in blips if b[0] < int(steps[d.onset])]
         break
-    for step, peak in blips:
+    for step, peak, shown in blips:
         if peak >= cfg.large_spike:  # reported one by one: verdict.py promotes one that did lasting damage
             after = ("in the last record: the log ends before it could come back or last" if step == final_step
                      else "and came back within 2 records")
             out.append(Finding(DIVERGENCE, step, WARNING, name, "large_spike",
-                               f"{name} spiked to {fmt(peak)}x its median at step {step} {after}"))
-    out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips], cfg)
+                               f"{name} spiked to {shown[0]} ({shown[1]}) {after}"))
+    out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips], cfg, raw)
     blips = [b for b in blips if b[1] < cfg.large_spike]
     if blips:
-        step, peak = max(blips, key=lambda b: b[1])
+        step, peak, shown = max(blips, key=lambda b: b[1])
         out.append(Finding(DIVERGENCE, blips[0][0], WARNING, name, "isolated_spike",
                            f"{len(blips)} short {name} spike(s) that recovered within 2 records "
-                           f"(largest {fmt(peak)}x its median, at step {step}): not divergence"))
+                           f"(largest {shown[0]}, {shown[1]}): not divergence"))
     return early + out
 
 
-def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int], cfg: DiagnoseConfig) -> list[Finding]:
+def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int], cfg: DiagnoseConfig,
+                 raw=None) -> list[Finding]:
     """A record ``huge_spike`` times the median of the records before it (a grad norm of 11,140
     where it ran 8-15) is a blow-up even if the next record is back: critical. The instability is
     dated from the first earlier spike of the same series, if any."""
@@ -226,9 +242,10 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int],
                        if s is not None and s < steps[ok[j]]]
             onset = min(earlier) if earlier else int(steps[ok[j]])
             lead = (f"; it first spiked at step {onset}" if onset != int(steps[ok[j]]) else "")
+            recs = pd.Series(before, index=steps[ok[:j]])
             return [Finding(DIVERGENCE, onset, CRITICAL, name, "huge_spike",
                             f"{name} reached {fmt(vals[ok[j]])} at step {int(steps[ok[j]])}, "
-                            f"{fmt(vals[ok[j]] / med)}x the median of {fmt(med)} before it{lead}")]
+                            f"{fmt(vals[ok[j]] / med)}x the {ev.median_of(recs, raw)} before it{lead}")]
     return []
 
 
@@ -249,6 +266,7 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
     run's median (of the magnitudes: an RL policy loss is signed; an RL run's zero-advantage records
     left out), dated by ``_blowup_onset``; a run that starts blown up is dated from its first record.
     ``floor``: an absolute size the blown-up records must also reach."""
+    full = series.abs() if rl else series
     if rl:
         series = _zero_advantage_masked(series.abs(), cfg)
     vals = series.to_numpy(dtype=float)
@@ -261,10 +279,13 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
         return None
     steps = series.index.to_numpy()
     first = int(steps[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
+    top = int(big[int(np.argmax(vals[big]))])
+    recs = pd.Series(vals[ok], index=steps[ok])
     return Finding(DIVERGENCE, first, CRITICAL, name, rule,
-                   f"{shown} reached {fmt(float(vals[big].max()))} ({fmt(float(vals[big].max()) / med)}x the "
-                   f"run's median of {fmt(med)}); {big.size} records at {fmt(cfg.grad_blowup_factor)}x or more, "
-                   f"repeatedly from step {first}")
+                   f"{shown} reached {fmt(float(vals[top]))} at step {int(steps[top])} "
+                   f"({fmt(float(vals[top]) / med)}x the run's {ev.median_of(recs, full)}); {big.size} records at "
+                   f"{fmt(cfg.grad_blowup_factor)}x or more, repeatedly from "
+                   + (f"step {first}" if first == int(steps[top]) else ev.rec(series, first)))
 
 
 VALIDATION_LOSS = ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation loss", "val loss",
@@ -285,7 +306,9 @@ def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig)
             continue
         ref = float(before.median()) if len(before) else float(after.iloc[0])
         if float(after.max()) <= cfg.validation_rise * ref:
-            return (f"{name} stayed at {fmt(float(after.min()))}-{fmt(float(after.max()))} over {len(after)} "
+            lo = int(after.index[int(np.argmin(after.to_numpy()))])
+            hi = int(after.index[int(np.argmax(after.to_numpy()))])
+            return (f"{name} stayed between {ev.rec(after, lo)} and {ev.rec(after, hi)} over the {len(after)} "
                     f"records from step {int(after.index[0])}")
     return None
 

@@ -1,16 +1,19 @@
-"""Entropy-collapse detector: the policy stops exploring while the reward stops improving.
+"""Policy-entropy detectors: the entropy collapsing (the policy stops exploring while the reward
+stops improving) and the entropy blowing up (the policy spreading toward uniform output).
 
-Rule (shared/research/logs-and-failures.md §2 row 5, arXiv 2505.22617): healthy GRPO entropy
-falls ~73% early on, so only a fall below ``entropy_floor_fraction`` (15%) of the start value
-counts, and only while the reward stalls (no clear gain from the onset to the end). Entropy that
-collapses while the reward still climbs is sharpening: reported as a warning, as is the opposite, an
-entropy blow-up (doubling and staying up), which often precedes a NaN collapse.
+Collapse rule (shared/research/logs-and-failures.md §2 row 5, arXiv 2505.22617): healthy GRPO
+entropy falls ~73% early on, so only a fall below ``entropy_floor_fraction`` (15%) of the start
+value counts, and only while the reward stalls (no clear gain from the onset to the end). Entropy
+that collapses while the reward still climbs is sharpening: reported as a warning. The opposite, an
+entropy blow-up (doubling and staying up, which often precedes a NaN collapse), is a divergence
+(shared/LABELS.md) and is reported by its own detector, ``entropy_blowup``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
@@ -57,29 +60,61 @@ def _lasting_rise(s, cfg: DiagnoseConfig):
     return None
 
 
-@register_detector("entropy_collapse", "policy entropy to a small fraction of its start while reward stalls")
-def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+def _entropy(run: RunSeries, cfg: DiagnoseConfig):
+    """(name, finite entropy series, start level, end level), or None when too short."""
     found = run.resolve("policy_entropy")
     if found is None:
-        return []
+        return None
     name, s = found
     s = s[np.isfinite(s.to_numpy())]
     if len(s) <= cfg.min_history:
-        return []
+        return None
     vals = s.to_numpy()
     # the first records of a short log already show the early fall: two are enough for the start level
-    start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
+    return name, s, head_level(vals, share=0.05, minimum=2), tail_level(vals)
+
+
+def _levels(s) -> str:
+    """"median 0.9 over steps 1-3 vs median 2.7 over steps 90-99": the start and end levels the
+    rules compare, as the medians they are."""
+    return (f"{ev.median_of(ev.head(s, share=0.05, minimum=2))} vs "
+            f"{ev.median_of(ev.tail(s))}")
+
+
+# registered before entropy_collapse: a run's findings keep the order they had when one detector
+# reported both (the two never fire on the same run: a blow-up ends at twice its start or more)
+@register_detector("entropy_blowup", "policy entropy doubling (x3: critical) and staying up: divergence")
+def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    got = _entropy(run, cfg)
+    if got is None:
+        return []
+    name, s, start, end = got
+    if not (start > 0 and end >= 2 * start):
+        return []
+    rise = _lasting_rise(s, cfg)
+    if rise is None:
+        return []
+    # shared/LABELS.md: in RL the policy blowing up (entropy x3 or more, toward uniform
+    # output, and staying) is a divergence; doubling alone is a warning
+    blown = end >= cfg.entropy_blowup_factor * start
+    top = ev.extreme(s, rise.onset_step)
+    peak = f", peak {ev.rec(s, top[0])}" if top is not None and top[0] != rise.onset_step else ""
+    return [Finding(DIVERGENCE, rise.onset_step, CRITICAL if blown else WARNING, name,
+                    "entropy_blowup" if blown else "entropy_rise",
+                    f"{name} rose {ev.move(s, rise.onset_step)} and stayed up{peak}; "
+                    f"{_levels(s)} ({fmt(end / start)}x): the policy "
+                    + ("blew up toward uniform output" if blown else "is spreading out"))]
+
+
+@register_detector("entropy_collapse", "policy entropy to a small fraction of its start while reward stalls")
+def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    got = _entropy(run, cfg)
+    if got is None:
+        return []
+    name, s, start, end = got
+    vals = s.to_numpy()
     if start > 0 and end >= 2 * start:
-        rise = _lasting_rise(s, cfg)
-        if rise is not None:
-            # shared/LABELS.md: in RL the policy blowing up (entropy x3 or more, toward uniform
-            # output, and staying) is a divergence; doubling alone is a warning
-            blown = end >= cfg.entropy_blowup_factor * start
-            return [Finding(DIVERGENCE, rise.onset_step, CRITICAL if blown else WARNING, name,
-                            "entropy_blowup" if blown else "entropy_rise",
-                            f"{name} rose from {fmt(start)} to {fmt(end)} ({fmt(end / start)}x) from step "
-                            f"{rise.onset_step} and stayed up: the policy "
-                            + ("blew up toward uniform output" if blown else "is spreading out"))]
+        return []  # a rise: entropy_blowup's
     if not start > 0 or end > cfg.entropy_floor_fraction * start:
         return []
     # a short baseline window follows the healthy early decay, so only the collapse departs
@@ -87,19 +122,22 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
                             window=max(5, len(s) // 10))
     onset = shift.onset_step if shift else int(s.index[int(np.argmax(vals < 0.5 * start))])
     reward = run.reward_gain_after(onset)
-    text = (f"{name} fell from {fmt(start)} to {fmt(end)} ({fmt(100 * end / start)}% of its start, "
-            f"limit {fmt(100 * cfg.entropy_floor_fraction)}%) from step {onset}")
+    text = (f"{name} fell {ev.move(s, onset)}; {_levels(s)} "
+            f"({fmt(100 * end / start)}% of the start, limit {fmt(100 * cfg.entropy_floor_fraction)}%)")
     if reward is not None:
         rname, gain, noise = reward
+        change = ev.level_change(run.get(rname), onset)
         if run.reward_climbs_after(onset) is not None:
             return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_rising",
-                            text + f"; {rname} still gained {fmt(gain)} afterwards (sharpening)")]
+                            text + f"; {rname} still rose {change} (sharpening)")]
         ceiling = _at_ceiling(run.get(rname), noise)
         if ceiling is not None:  # LABELS.md: a reward that cannot improve did not stop improving
+            r = ev.finite(run.get(rname))
+            top_step = int(r.index[int(np.argmax(r.to_numpy()))])
             return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_at_ceiling",
-                            text + f"; {rname} had risen from {fmt(ceiling[0])} to its ceiling {fmt(ceiling[1])} "
-                                   f"and stays there (converged)")]
-        text += f"; {rname} changed by {fmt(gain)} afterwards (stalled)"
+                            text + f"; {rname} had risen from {ev.median_of(ev.head(r, share=0.05, minimum=2))} "
+                                   f"to its ceiling {ev.rec(r, top_step)} and stays there (converged)")]
+        text += f"; {rname} went {change} (stalled)"
     else:
         text += "; no reward logged to confirm a stall"
     return [Finding(ENTROPY_COLLAPSE, onset, CRITICAL, name, "entropy_floor", text)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
@@ -63,13 +64,17 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
             usual = before.size >= 3 and before.mean() > cfg.usual_zero_share
             if run_len >= need and not usual:
                 onset = int(s.index[len(vals) - run_len])
+                first = s[s > 0].iloc[: max(3, positive.size // 10)]
                 out.append(Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "grad_norm_vanished",
-                                   f"{name} fell from a median of {fmt(early)} to <= {fmt(cfg.vanishing_fraction * early)} "
-                                   f"at step {onset} and stayed there for the last {run_len} records"))
+                                   f"{name} fell from a {ev.median_of(first, s)} to {ev.rec(s, onset)} "
+                                   f"and stayed at or below the limit {fmt(cfg.vanishing_fraction * early)} "
+                                   f"({fmt(100 * cfg.vanishing_fraction)}% of that median) for the last "
+                                   f"{run_len} records"))
             elif tiny.sum():
                 out.append(Finding(VANISHING_GRADIENT, int(s.index[int(np.argmax(tiny))]), INFO, name,
                                    "scattered_zero_grad",
-                                   f"{int(tiny.sum())} records with {name} ~0 (e.g. GRPO groups with zero "
+                                   f"{int(tiny.sum())} records with {name} near zero (first: "
+                                   f"{ev.rec(s, s.index[int(np.argmax(tiny))])}; e.g. GRPO groups with zero "
                                    f"reward variance): normal when scattered"))
     out += _never_updated(run, cfg) or _empty_updates(run, cfg)
     out += _frozen_losses(run, cfg) or _never_learned(run, cfg)
@@ -83,8 +88,10 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
             zero_run = _tail_run(after.to_numpy() == 0)
             if zero_run >= cfg.vanishing_min_records:
                 onset = int(after.index[len(after) - zero_run])
+                last = after[after.index < onset]  # at least the first positive record
                 out.append(Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "lr_zero",
-                                   f"{name} is exactly 0 from step {onset} after being positive"))
+                                   f"{name} is exactly 0 from step {onset} to the end, after "
+                                   f"{ev.rec(last, last.index[-1])}"))
     return out
 
 
@@ -179,7 +186,8 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
         if r.size and float(np.median(r)) > float(r.min()) + 0.1 * (float(r.max()) - float(r.min())):
             return []
-        why = f"; {reward[0]} sits at its lowest value ({fmt(float(r.min()))}) on most records"
+        low = ev.extreme(reward[1], direction=-1)
+        why = f"; {reward[0]} sits at its lowest value ({fmt(low[1])}, first logged at step {low[0]}) on most records"
     first = int(s.index[0])
     return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
                     f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the groups' "
@@ -211,9 +219,9 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         if n_near >= cfg.vanishing_min_records:
             began = int(s.index[v.size - n_near])
             return [Finding(VANISHING_GRADIENT, began, CRITICAL, name, "loss_at_uniform_guess",
-                            f"{name} sits at ln({k}) = {np.log(k):.4f} (within {fmt(cfg.uniform_tolerance)}) in its "
-                            f"last {n_near} records from step {began}: the model predicts {k} outcomes uniformly "
-                            f"and does not learn")]
+                            f"{name} sits at ln({k}) = {np.log(k):.4f} (within the limit {fmt(cfg.uniform_tolerance)}) "
+                            f"in its last {n_near} records, from {ev.rec(s, began)}: the model predicts {k} "
+                            f"outcomes uniformly and does not learn")]
     gap = run.step_gap
     at_start = s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap
     if not at_start or v.size < cfg.never_learned_records or _improved(s, s.index.max()):
@@ -224,5 +232,6 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         return []
     first = int(s.index[0])
     return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_never_moved",
-                    f"{name} stayed within {fmt(low)}-{fmt(high)} ({(high - low) / level:.1%} of its level) over all "
-                    f"{v.size} records from the run's start at step {first}: the run never learned")]
+                    f"{name} stayed in a narrow band over all {v.size} records from the run's start at step "
+                    f"{first}: 5th percentile {fmt(low)}, 95th percentile {fmt(high)}, "
+                    f"{(high - low) / level:.1%} of its {ev.median_of(s)}: the run never learned")]

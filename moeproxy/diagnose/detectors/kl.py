@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
@@ -47,9 +48,11 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         shift = sustained_shift(s, +1, factor=cfg.kl_factor, z=cfg.robust_z, min_history=cfg.min_history)
         if shift is None or shift.peak < floor:
             continue
+        base = ev.baseline(s, shift, positive=True)
+        level = ev.median_of(base, ev.baseline(s, shift))
         out.append(Finding(DIVERGENCE, shift.onset_step, CRITICAL, name, "kl_rise",
-                           f"{name} rose from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
-                           f"({fmt(shift.peak / max(shift.baseline, 1e-12))}x) from step {shift.onset_step}"))
+                           f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
+                           f"({ev.ratio(shift.peak, ev.median_value(base))} the {level} before the rise)"))
     return out
 
 
@@ -70,6 +73,8 @@ def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
     if not stays.size:
         return None
     onset = int(s.index[stays[0]])
+    early = ev.head(s[s > 0], share=0.05, minimum=2)
     return Finding(DIVERGENCE, onset, CRITICAL, name, "kl_ref_blowup",
-                   f"{name} rose from {fmt(start)} to {fmt(end)} ({fmt(end / start)}x) and stayed "
-                   f"above 10x its early level from step {onset}: the policy ran away from the reference")
+                   f"{name} rose {ev.move(s, onset)} and stayed above 10x its early level from there; "
+                   f"{ev.median_of(early)}{' (positive records only)' if (s.loc[:early.index[-1]] <= 0).any() else ''} "
+                   f"vs {ev.median_of(ev.tail(s))} ({fmt(end / start)}x): the policy ran away from the reference")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
@@ -59,8 +60,9 @@ def _pinned_at_cap(run: RunSeries, cfg: DiagnoseConfig) -> tuple[str, int, float
     return name, int(s.index[k]), cap, count
 
 
-def _grad_blowup_near(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> tuple[str, float, float, int] | None:
-    """(metric, median before, peak, peak step) when the grad norm spikes around a length runaway."""
+def _grad_blowup_near(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> tuple[str, float, float, int, str] | None:
+    """(metric, median before, peak, peak step, that median as evidence) when the grad norm spikes
+    around a length runaway."""
     found = run.resolve("grad_norm")
     if found is None:
         return None
@@ -77,7 +79,7 @@ def _grad_blowup_near(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> tuple[
     peak = float(around.iloc[peak_i])
     if peak < cfg.length_grad_factor * median:
         return None
-    return name, median, peak, int(around.index[peak_i])
+    return name, median, peak, int(around.index[peak_i]), ev.median_of(g.iloc[:lead], found[1])
 
 
 
@@ -103,8 +105,8 @@ def _unless_learning(run: RunSeries, finding: Finding) -> Finding:
         return finding
     name, gain, _ = climbed
     return Finding(LENGTH_BLOWUP, finding.onset_step, WARNING, finding.metric, "length_with_reward",
-                   f"{finding.evidence}; but {name} gained {fmt(gain)} from there on: answers lengthen as the "
-                   f"policy learns, not a blow-up")
+                   f"{finding.evidence}; but {name} rose {ev.level_change(run.get(name), finding.onset_step)}: "
+                   f"answers lengthen as the policy learns, not a blow-up")
 
 
 @register_detector("length_blowup", "response length doubles or truncation rises above 10%")
@@ -113,8 +115,8 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     pinned = _pinned_at_cap(run, cfg)
     if pinned is not None:
         name, onset, cap, count = pinned
-        text = (f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} to the end "
-                f"({count} records): responses run away to the generation limit")
+        text = (f"{name} sits at its maximum, {fmt(cap)} tokens (the cap), from step {onset} to "
+                f"the end ({count} records): responses run away to the generation limit")
         mean_up = _mean_length_up(run, onset, cfg)
         records = len(run.resolve("response_length_max")[1])
         from_start = onset <= run.first_step or count >= (1 - cfg.cap_from_start_share) * records
@@ -123,18 +125,18 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             why = ("from the start of the run: the cap is short, nothing ran away" if from_start
                    else "while the mean length does not grow")
             out.append(Finding(LENGTH_BLOWUP, onset, WARNING, name, "length_max_at_cap",
-                               f"{name} sits at the cap of {fmt(cap)} tokens from step {onset} ({count} "
-                               f"records) {why}"))
+                               f"{name} sits at its maximum, {fmt(cap)} tokens (the cap), from step {onset} "
+                               f"({count} records) {why}"))
         else:
             out.append(Finding(LENGTH_BLOWUP, onset, CRITICAL, name, "length_pinned", text))
         grad = _grad_blowup_near(run, onset, cfg) if mean_up is not False and not from_start else None
         if grad is not None:
-            gname, median, peak, peak_step = grad
+            gname, median, peak, peak_step, median_text = grad
             # the policy update itself blows up with the runaway: a divergence, which entropy and
             # reward only follow later
             out.append(Finding(DIVERGENCE, onset, CRITICAL, gname, "length_runaway",
                                f"{text}; {gname} spikes to {fmt(peak)} at step {peak_step}, "
-                               f"{fmt(peak / median)}x its median of {fmt(median)} before"))
+                               f"{fmt(peak / median)}x its {median_text} before"))
     found = run.resolve("response_length_mean")
     if found:
         name, s = found
@@ -144,10 +146,12 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         # a rise back to where the run started (after a dip to near-empty answers) is a recovery
         back_to_start = len(vals) > cfg.min_history and tail_level(vals) < cfg.length_factor * head_level(vals)
         if shift is not None and not shift.recovered and not back_to_start:
+            base = ev.baseline(s, shift, positive=True)
             out.append(_unless_learning(run, Finding(
                 LENGTH_BLOWUP, shift.onset_step, CRITICAL, name, "length_rise",
-                f"{name} grew from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
-                f"from step {shift.onset_step} and stayed up")))
+                f"{name} grew {ev.move(s, shift.onset_step)} and stayed up, peak {ev.rec(s, shift.peak_step)} "
+                f"({ev.ratio(shift.peak, ev.median_value(base))} the {ev.median_of(base, ev.baseline(s, shift))} "
+                f"before)")))
     found = run.resolve("truncation_rate")
     if found:
         name, s = found
@@ -156,15 +160,14 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             start, end = head_level(s.to_numpy()), tail_level(s.to_numpy())
             if float(s.median()) > 0.5:
                 out.append(Finding(LENGTH_BLOWUP, int(s.index[0]), WARNING, name, "truncation_high",
-                                   f"{name} has a median of {fmt(float(s.median()))} (first {fmt(start)}, last "
-                                   f"{fmt(end)}): most responses hit the length limit, so rewards and "
-                                   f"advantages are computed on cut-off answers"))
+                                   f"{name} has a {ev.median_of(s)}: most responses hit the length limit, "
+                                   f"so rewards and advantages are computed on cut-off answers"))
             elif start < cfg.truncation_limit < end:
                 shift = sustained_shift(s, +1, delta=cfg.truncation_limit / 2, z=cfg.robust_z,
                                         min_history=cfg.min_history)
                 onset = shift.onset_step if shift else int(s.index[int(np.argmax(s.to_numpy() > cfg.truncation_limit))])
                 out.append(_unless_learning(run, Finding(
                     LENGTH_BLOWUP, onset, CRITICAL, name, "truncation_rise",
-                    f"{name} rose from {fmt(start)} to {fmt(end)} (limit {fmt(cfg.truncation_limit)}) from step "
-                    f"{onset}")))
+                    f"{name} rose {ev.move(s, onset)}; {ev.median_of(ev.head(s))} vs "
+                    f"{ev.median_of(ev.tail(s))} (limit {fmt(cfg.truncation_limit)})")))
     return out

@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
@@ -64,10 +65,10 @@ def is_numeric_health_key(name: str) -> bool:
             or low in ("policy_entropy", "kl", "ppo_kl"))
 
 
-def _median_before(series: pd.Series, step: int, last: int = 20) -> float:
+def _records_before(series: pd.Series, step: int, last: int = 20) -> pd.Series:
+    """The (up to ``last``) finite records before ``step``: the level a jump is measured from."""
     prior = series[series.index < step]
-    prior = prior[np.isfinite(prior.to_numpy())].tail(last)
-    return float(prior.median()) if len(prior) else float("nan")
+    return prior[np.isfinite(prior.to_numpy())].tail(last)
 
 
 def _loss_scale_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) -> list[Finding]:
@@ -90,8 +91,9 @@ def _loss_scale_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | N
         if start_end is not None and steps[i] <= start_end:
             i = 0
         out.append(Finding(OVERFLOW, int(steps[i]), CRITICAL, name, "loss_scale_min",
-                           f"{name} fell from {fmt(values[max(i - 1, 0)])} to the minimum {fmt(values[j])} "
-                           f"at step {int(steps[j])}: overflows persist even without scaling"))
+                           f"{name} fell from {fmt(values[max(i - 1, 0)])} at step {int(steps[max(i - 1, 0)])} "
+                           f"to the minimum {fmt(values[j])} at step {int(steps[j])}: overflows persist even "
+                           f"without scaling"))
         return out
     post = steps > (start_end if start_end is not None else steps[0] - 1)
     need = 2.0 ** cfg.loss_scale_collapse_halvings
@@ -105,8 +107,9 @@ def _loss_scale_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | N
             first_drop = next(k for k in range(top + 1, j + 1) if values[k] < values[k - 1])
             out.append(Finding(OVERFLOW, int(steps[first_drop]), CRITICAL, name, "loss_scale_collapse",
                                f"{name} halved {int(round(np.log2(values[top] / values[j])))} times "
-                               f"within {int(steps[j] - steps[top])} steps ({fmt(values[top])} -> "
-                               f"{fmt(values[j])} at step {int(steps[j])}), beyond the start-up search"))
+                               f"within {int(steps[j] - steps[top])} steps ({fmt(values[top])} at step "
+                               f"{int(steps[top])} -> {fmt(values[j])} at step {int(steps[j])}), beyond the "
+                               f"start-up search"))
             break
     return out
 
@@ -129,17 +132,18 @@ def _counter_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None
         if not fp16:
             out.append(Finding(OVERFLOW, first, CRITICAL, name, f"{canonical}_bf16",
                                f"{name} = {fmt(hits.iloc[0])} at step {first}{where} "
-                               f"({fmt(total)} in {len(hits)} records); a run without loss scaling "
+                               f"(a total of {fmt(total)} in {len(hits)} records); a run without loss scaling "
                                f"should skip none"))
         elif canonical == "nan_iters":
             sev = CRITICAL if len(hits) >= 2 else WARNING
             out.append(Finding(OVERFLOW, first, sev, name, "nan_iters_fp16",
                                f"{name} = {fmt(hits.iloc[0])} at step {first}{where} "
-                               f"({fmt(total)} NaN iterations in {len(hits)} records)"))
+                               f"(a total of {fmt(total)} NaN iterations in {len(hits)} records)"))
         else:
             out.append(Finding(OVERFLOW, first, INFO, name, "skipped_iters_fp16",
-                               f"{fmt(total)} skipped iterations in {len(hits)} records from step "
-                               f"{first}{where}: ordinary fp16 dynamic loss scaling unless the scale collapses"))
+                               f"a total of {fmt(total)} skipped iterations in {len(hits)} records from step "
+                               f"{first}{where}: ordinary fp16 dynamic loss scaling unless the "
+                               f"scale collapses"))
     return out
 
 
@@ -159,9 +163,10 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             if sev == CRITICAL and grad_key and not fp16 and _skipped_steps(vals, run, cfg):
                 sev, note = WARNING, (" (each followed by a finite record, the loss finite throughout: "
                                       "steps skipped by dynamic loss scaling, not applied)")
-            before = _median_before(series, step)
-            lead = (f"{name} went from a median of {fmt(before)} to {fmt(vals[j])} at step {step}"
-                    if np.isfinite(before) else f"{name} is {fmt(vals[j])} from its first record (step {step})")
+            prior = _records_before(series, step)
+            lead = (f"{name} went from {ev.rec(prior, prior.index[-1])} (a median of {fmt(float(prior.median()))} "
+                    f"over {ev.steps_of(prior.index)}) to {fmt(vals[j])} at step {step}"
+                    if len(prior) else f"{name} is {fmt(vals[j])} at step {step}, its first record")
             out.append(Finding(OVERFLOW, step, sev, name, "nonfinite_value",
                                f"{lead}; {bad.size} non-finite of {len(vals)} records{note}"))
             vals = vals[:j]  # saturation before the first non-finite value still counts
@@ -173,12 +178,13 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
         if sat.size:
             j = int(sat[0])
             step = int(s.index[j])
-            why = (f"the fp16 maximum {fmt(cfg.fp16_max)}" if near_max[j]
-                   else f"above {fmt(cfg.saturation_abs)}")
+            why = (f"the fp16 maximum, limit {fmt(cfg.fp16_max)}" if near_max[j]
+                   else f"above the alarm limit {fmt(cfg.saturation_abs)}")
+            prior = _records_before(series, step)
             out.append(Finding(OVERFLOW, step, CRITICAL, name, "saturated_value",
-                               f"{name} reached {fmt(vals[j])} at step {step} ({why}; median before "
-                               f"{fmt(_median_before(series, step))}): saturation-mode overflow "
-                               f"produces no inf"))
+                               f"{name} reached {fmt(vals[j])} at step {step} ({why}; "
+                               f"{ev.median_of(prior) if len(prior) else 'no record'} before): saturation-mode "
+                               f"overflow produces no non-finite value"))
     return out
 
 
@@ -209,8 +215,8 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
             count = int(flags[k:j + 1].sum())
             if count >= cfg.storm_records:
                 return [Finding(OVERFLOW, int(steps[k]), CRITICAL, name, "overflow_storm",
-                                f"{name}: {count} of the {j - k + 1} logged iterations from step {int(steps[k])} "
-                                f"to {int(steps[j])} were skipped for overflow (after the start-up search)")]
+                                f"{name}: {count} of the {j - k + 1} logged iterations over steps {int(steps[k])}-"
+                                f"{int(steps[j])} were skipped for overflow (after the start-up search)")]
             k = j + 1
     return []
 
@@ -246,7 +252,7 @@ def _vanished_loss_findings(run: RunSeries, start_end: int | None) -> list[Findi
             continue  # a skipped fp16 iteration carries no loss either
         return [Finding(OVERFLOW, step, CRITICAL, name, "loss_vanished",
                         f"{name} is missing from the record at step {step} (last value "
-                        f"{fmt(float(loss[loss.index < step].iloc[-1]))}) while the line is otherwise "
+                        f"{ev.rec(loss, loss.index[loss.index < step][-1])}) while the line is otherwise "
                         f"complete and skipped nothing: Megatron prints only finite losses, so it was NaN")]
     return []
 
@@ -298,8 +304,10 @@ def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         # converged; a NaN-filtered window drops to 0 from where the loss was
         return []
     return [Finding(OVERFLOW, step, CRITICAL, name, "loss_zero_nan_filter",
-                    f"{name} went from {fmt(vals[j - 1])} to exactly 0 at step {step} and stayed 0 for the last "
-                    f"{tail} records: HF Trainer logs 0.0 when every step loss of a logging window was NaN/inf")]
+                    f"{name} went from {fmt(vals[j - 1])} at step {int(loss.index[j - 1])} to exactly 0 at step "
+                    f"{step} and stayed 0 for the last "
+                    f"{tail} records: HF Trainer logs 0.0 when every step loss of a logging window was NaN or "
+                    f"infinite")]
 
 
 @register_detector("overflow", "non-finite loss/grad, loss-scale collapse, skipped/NaN iterations, saturation")
@@ -316,6 +324,6 @@ def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     if start_end is not None:
         findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
                                 f"fp16 loss-scale search at start-up up to step {start_end} is not a "
-                                f"failure ({found[0]} {fmt(found[1].dropna().iloc[0])} -> "
-                                f"{fmt(found[1].loc[:start_end].dropna().iloc[-1])})"))
+                                f"failure ({found[0]} {ev.rec(found[1], found[1].dropna().index[0])} -> "
+                                f"{ev.rec(found[1], found[1].loc[:start_end].dropna().index[-1])})"))
     return findings

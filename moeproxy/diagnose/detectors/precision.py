@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level
@@ -60,26 +61,28 @@ def _rising_gap(name: str, series, cfg: DiagnoseConfig, limit: float, rule: str)
         # rises and comes back by itself went with a passing change of the policy (degenerate
         # outputs for a few steps): a warning
         severity = WARNING if shift.recovered else CRITICAL
+        base = ev.baseline(s, shift, positive=True)
         return Finding(PRECISION_MISMATCH, shift.onset_step, severity, name,
                        rule if not shift.recovered else rule + "_transient",
-                       f"{name} rose from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
-                       f"(limit {fmt(limit)}) from step {shift.onset_step}, peak at step "
-                       f"{shift.peak_step}")
+                       f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
+                       f"({ev.median_of(base, ev.baseline(s, shift))} before; limit {fmt(limit)})")
     start = head_level(s.to_numpy())
     above = s[s > limit]
     if start > limit and len(above) >= 0.8 * len(s):
         median = float(s.median())
         if median > cfg.flat_gap_factor * limit:
             return Finding(PRECISION_MISMATCH, int(s.index[0]), CRITICAL, name, rule + "_from_start",
-                           f"{name} is above {fmt(limit)} from the first record (median {fmt(median)}, "
-                           f"over {fmt(cfg.flat_gap_factor)}x the limit): trainer and rollout disagree from the start")
+                           f"{name} is above the limit {fmt(limit)} from its first record, {ev.rec(s, s.index[0])} "
+                           f"({ev.median_of(s)}, over {fmt(cfg.flat_gap_factor)}x the limit): trainer and "
+                           f"rollout disagree from the start")
         return Finding(PRECISION_MISMATCH, int(s.index[0]), WARNING, name, rule + "_flat_gap",
-                       f"{name} sits at {fmt(median)} from the first record, a little above {fmt(limit)}, "
-                       f"and does not grow: a steady gap between trainer and rollout, worth watching")
+                       f"{name} sits at a {ev.median_of(s)}, a little above the limit {fmt(limit)} from the "
+                       f"first record, and does not grow: a steady gap between trainer and rollout, worth watching")
     if len(above) >= 2:
+        top = ev.extreme(s)
         return Finding(PRECISION_MISMATCH, int(above.index[0]), WARNING, name, rule + "_excursion",
-                       f"{name} exceeded {fmt(limit)} in {len(above)} of {len(s)} records "
-                       f"(first at step {int(above.index[0])}, max {fmt(float(s.max()))})")
+                       f"{name} exceeded the limit {fmt(limit)} in {len(above)} of {len(s)} records "
+                       f"(first {ev.rec(s, above.index[0])}, highest {ev.rec(s, top[0])})")
     return None
 
 
@@ -99,20 +102,19 @@ def _ratio_drift(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
                                 min_history=cfg.min_history)
     outside = s[(s < cfg.is_ratio_low) | (s > cfg.is_ratio_high)]
     if shift is not None:
-        value = float(s.loc[shift.peak_step])
         # a drift that stays inside the window is what any sharp policy change does to the ratio
         # (a reward collapse moves it too): critical only once the ratio leaves the window
         after = s[s.index >= shift.onset_step]
         left = ((after < cfg.is_ratio_low) | (after > cfg.is_ratio_high)).any()
         severity = CRITICAL if lasting and left else WARNING
         return Finding(PRECISION_MISMATCH, shift.onset_step, severity, name, "is_ratio_drift",
-                       f"{name} drifted from {fmt(float(np.exp(shift.baseline)) if shift.baseline else 1.0)}"
-                       f"-ish to {fmt(value)} from step {shift.onset_step} "
-                       f"({len(outside)} records outside [{fmt(cfg.is_ratio_low)}, {fmt(cfg.is_ratio_high)}])")
+                       f"{name} drifted {ev.move(s, shift.onset_step)}, furthest out {ev.rec(s, shift.peak_step)} "
+                       f"({ev.median_of(ev.baseline(s, shift))} before; {len(outside)} records outside the "
+                       f"limits {fmt(cfg.is_ratio_low)} and {fmt(cfg.is_ratio_high)})")
     if len(outside) >= 2:
         return Finding(PRECISION_MISMATCH, int(outside.index[0]), CRITICAL, name, "is_ratio_out_of_range",
-                       f"{name} = {fmt(float(outside.iloc[0]))} at step {int(outside.index[0])}, "
-                       f"outside [{fmt(cfg.is_ratio_low)}, {fmt(cfg.is_ratio_high)}] in {len(outside)} records")
+                       f"{name} = {ev.rec(s, outside.index[0])}, outside the limits {fmt(cfg.is_ratio_low)} "
+                       f"and {fmt(cfg.is_ratio_high)} in {len(outside)} records")
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
@@ -54,8 +55,9 @@ def _eval_score_drop(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
             continue
         onset = int(s.index[stays[0]])
         return Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "eval_reward_drop",
-                       f"{name} fell from {fmt(start)} to {fmt(end)} and stayed below {fmt(start - drop / 2)} "
-                       f"from step {onset} to the end")
+                       f"{name} fell {ev.move(s, onset)} and stayed below the threshold {fmt(start - drop / 2)} "
+                       f"(halfway down) to the end; {ev.median_of(ev.head(s, share=0.05, minimum=2))} vs "
+                       f"{ev.median_of(ev.tail(s))}")
     return None
 
 
@@ -88,9 +90,8 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
                             min_records=max(3, len(r) // 20))
     if shift is not None and shift.baseline - final >= 0.8 * need:
         return [Finding(REWARD_COLLAPSE, shift.onset_step, CRITICAL, name, "reward_drop",
-                        f"{name} rose from {fmt(start)} to {fmt(peak)}, then fell from "
-                        f"{fmt(shift.baseline)} to {fmt(shift.peak)} from step {shift.onset_step} "
-                        f"and stayed down (last level {fmt(final)}; a drop of {fmt(need)} counts)")]
+                        f"{_rise_then(name, r, shift.onset_step)} and stayed down (drop threshold {fmt(need)}); "
+                        f"{ev.median_of(ev.tail(r))}")]
     # a rising reward makes the rolling median lag below the peak: also compare with the peak
     diffs = np.diff(vals)
     noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2) if diffs.size >= 4 else 0.0
@@ -104,7 +105,24 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
         if stays.size:
             onset = int(after.index[stays[0]])
             return [Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_below_peak",
-                            f"{name} rose from {fmt(start)} to a peak of {fmt(peak)} (step "
-                            f"{int(r.index[peak_i])}), then fell below {fmt(peak - need / 2)} at step "
-                            f"{onset} and stayed down (last level {fmt(final)})")]
+                            f"{_rise_then(name, r, onset)} and stayed below the threshold "
+                            f"{fmt(peak - need / 2)} (halfway down from its peak rolling median {fmt(peak)}, at "
+                            f"step {int(r.index[peak_i])}); {ev.median_of(ev.tail(r))}")]
     return []
+
+
+def _rise_then(name: str, r, onset: int) -> str:
+    """"reward_mean rose from median 0.1 over steps 1-3 to 0.5 at step 20, then fell from 0.45 at
+    step 39 to 0.1 at step 40": the start level (the median the rule compares with), the highest
+    record before ``onset``, the last record before it and the record at it."""
+    start = ev.head(r, share=0.05)
+    prior = ev.before(r, onset)
+    # the highest record before the drop (the last of equal ones: rewards are often discrete)
+    top = None if prior.empty else (int(prior.index[::-1][int(np.argmax(prior.to_numpy()[::-1]))]),
+                                    float(prior.max()))
+    if top is None or top[1] <= ev.median_value(start):
+        return f"{name} started at {ev.median_of(start)}, then fell {ev.move(r, onset)}"
+    fell = (f"fell to {ev.rec(r, onset)}" if int(prior.index[-1]) == top[0] else f"fell {ev.move(r, onset)}")
+    if top[0] > int(start.index[-1]):
+        return f"{name} rose from {ev.median_of(start)} to {ev.rec(r, top[0])}, then {fell}"
+    return f"{name} started at {ev.median_of(start)}, high {ev.rec(r, top[0])}, then {fell}"

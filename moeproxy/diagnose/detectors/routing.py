@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
@@ -46,8 +47,8 @@ def _entropy_drop(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
                             min_history=cfg.min_history)
     onset = shift.onset_step if shift else int(s.index[np.argmax(s.to_numpy() < start * (1 - cfg.routing_entropy_drop / 2))])
     return Finding(ROUTING_COLLAPSE, onset, CRITICAL, name, "routing_entropy_drop",
-                   f"{name} fell from {fmt(start)} to {fmt(end)} ({fmt(100 * (1 - end / start))}% drop, "
-                   f"limit {fmt(100 * cfg.routing_entropy_drop)}%) from step {onset}")
+                   f"{name} fell {ev.move(s, onset)}; {ev.median_of(ev.head(s))} vs {ev.median_of(ev.tail(s))} "
+                   f"({fmt(100 * (1 - end / start))}% drop, limit {fmt(100 * cfg.routing_entropy_drop)}%)")
 
 
 def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what: str) -> Finding | None:
@@ -57,10 +58,11 @@ def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what
     shift = sustained_shift(s, +1, factor=factor, z=cfg.robust_z, min_history=cfg.min_history)
     if shift is None:
         return None
+    base = ev.baseline(s, shift, positive=True)
     return Finding(ROUTING_COLLAPSE, shift.onset_step, CRITICAL, name, rule,
-                   f"{name} rose from a median of {fmt(shift.baseline)} to {fmt(shift.peak)} "
-                   f"({fmt(shift.peak / shift.baseline)}x, limit {fmt(factor)}x) from step "
-                   f"{shift.onset_step}: {what}")
+                   f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
+                   f"({ev.ratio(shift.peak, ev.median_value(base))} the {ev.median_of(base, ev.baseline(s, shift))} "
+                   f"before, limit {fmt(factor)}x): {what}")
 
 
 @register_detector("routing_collapse", "router entropy drop, load imbalance, aux/z-loss blow-up")
@@ -90,7 +92,7 @@ def detect_routing_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     found = run.resolve("aux_loss")
     if found:
         f = _rise(found[0], found[1], cfg, cfg.aux_loss_factor, "aux_loss_rise",
-                  "the load-balancing loss is ~1.0 when balanced")
+                  "the load-balancing loss is about one when balanced")
         if f:
             out.append(f)
     for name in ("z_loss", "moe/z_loss"):
