@@ -84,12 +84,14 @@ def heatmap(db: str, version: int, run: str, lo: int | None, hi: int | None) -> 
 
 def selected_run(runs_table: pd.DataFrame, key: str, label: str = "Run", roles: tuple[str, ...] | None = None,
                  default: str | None = None) -> str | None:
-    """A run picker that remembers the choice across pages (``st.session_state['run']``)."""
+    """A run picker that starts on a link's ``?run=`` and remembers the choice across pages
+    (``st.session_state['run']``)."""
     names = runs_table["run"].tolist() if roles is None else \
         runs_table.loc[runs_table["role"].isin(roles), "run"].tolist()
     if not names:
         return None
-    remembered = default or st.session_state.get("run")
+    linked = st.query_params.get("run")  # a link's run (``?run=NAME``) first
+    remembered = default or (linked if linked in names else None) or st.session_state.get("run")
     index = names.index(remembered) if remembered in names else 0
     choice = st.selectbox(label, names, index=index, key=key)
     if roles is None:

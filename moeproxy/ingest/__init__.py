@@ -93,8 +93,29 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False) -
     """Parse one file (its format sniffed unless ``fmt`` names one). ``allow_empty``: a file of no
     metric values gives an empty frame instead of an error (a watched file's new lines may be prose)."""
     src, log_format = open_and_detect(path, fmt)
+    parsed = _parse(src, log_format)
+    if len(parsed.rows) == 0 and fmt == "auto":  # the head looked like one format, the records are another's
+        from moeproxy.ingest.detect import runners_up
+
+        for other in runners_up(src, log_format):
+            try:
+                attempt = _parse(src, other)
+            except (InputError, ValueError, UnicodeDecodeError):  # not this one either
+                continue
+            if len(attempt.rows):
+                parsed, log_format = attempt, other
+                break
+    if len(parsed.rows) == 0 and not allow_empty:
+        raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
+    parsed.sha256 = src.checked_sha256()  # exactly the bytes parsed, however the parser read them
+    parsed.bytes_parsed = src.end
+    parsed.warnings = src.nul_warnings() + list(src.warnings) + parsed.warnings
+    return parsed
+
+
+def _parse(src, log_format) -> ParsedLog:
     try:
-        parsed = log_format.parse(src)
+        return log_format.parse(src)
     except RecordOutOfRange as exc:  # a step or rank that cannot be stored as the file spells it
         raise InputError(f"{src.path}: {exc}") from None
     except RecursionError:  # a parser's own recursion on hostile nesting: one line, not a traceback
@@ -103,12 +124,6 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False) -
         if "integer string conversion" in str(exc):  # a counter of more than 4,300 digits
             raise InputError(f"{src.path}: a number of more than 4,300 digits; not a training log value") from None
         raise
-    if len(parsed.rows) == 0 and not allow_empty:
-        raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
-    parsed.sha256 = src.checked_sha256()  # exactly the bytes parsed, however the parser read them
-    parsed.bytes_parsed = src.end
-    parsed.warnings = src.nul_warnings() + list(src.warnings) + parsed.warnings
-    return parsed
 
 
 def _is_dir(p: Path) -> bool:

@@ -14,8 +14,42 @@ from moeproxy.ingest.source import SourceFile, open_source
 
 
 def detect_format(src: SourceFile) -> LogFormat:
+    best = _best(src)
+    if best is None:  # a long preamble (shell trace, environment, Ray start-up) may hide the format
+        for _ in src.sniff_windows():
+            best = _best(src, text_only=True)
+            if best is not None:
+                break
+    if best is None:
+        raise InputError(
+            f"{src.path}: not a training log format moeproxy recognises "
+            f"(known: {', '.join(FORMATS)}; see `moeproxy formats`)"
+        )
+    return best[1]
+
+
+def runners_up(src: SourceFile, winner: LogFormat) -> list[LogFormat]:
+    """The other formats whose sniffers score the file's head, best first: tried in turn when the
+    winner reads no metric value (a head of start-up lines that look like one format before the
+    records of another)."""
+    scored = []
+    for fmt in FORMATS.values():
+        if fmt is winner or (src.encoding is None) != fmt.binary:
+            continue
+        try:
+            score = fmt.sniff(src)
+        except Exception:
+            score = 0.0
+        if score > 0:
+            scored.append((score, fmt))
+    return [fmt for _, fmt in sorted(scored, key=lambda x: -x[0])]
+
+
+def _best(src: SourceFile, text_only: bool = False) -> tuple[float, LogFormat] | None:
     best: tuple[float, LogFormat] | None = None
     for fmt in FORMATS.values():
+        if text_only and fmt.binary:
+            continue
         if (src.encoding is None) != fmt.binary:
             continue
         if best is not None and fmt.top_score <= best[0]:  # could not win: ties go to the first
@@ -26,12 +60,7 @@ def detect_format(src: SourceFile) -> LogFormat:
             score = 0.0
         if score > 0 and (best is None or score > best[0]):
             best = (score, fmt)
-    if best is None:
-        raise InputError(
-            f"{src.path}: not a training log format moeproxy recognises "
-            f"(known: {', '.join(FORMATS)}; see `moeproxy formats`)"
-        )
-    return best[1]
+    return best
 
 
 def open_and_detect(path, fmt: str = "auto") -> tuple[SourceFile, LogFormat]:

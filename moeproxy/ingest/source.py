@@ -196,6 +196,31 @@ class SourceFile:
             self._sniff_lines = kept[:HEAD_LINES]
         return self._sniff_lines[:limit]
 
+    def sniff_windows(self, limit: int = 8 * 1024 * 1024) -> Iterator[int]:
+        """Move detection's view past a preamble (a shell trace, an environment dump, Ray's start-up
+        lines) one head-sized window at a time, up to ``limit`` bytes into the file: each step yields
+        the window's start offset, with ``sniff_head``/``head_lines`` now showing that window. The
+        view is set back to the file's head afterwards."""
+        if self.encoding is None or self.encoding == "utf-16":
+            return
+        saved = (self._sniff_head, self._sniff_lines)
+        start = len(self.sniff_head())
+        try:
+            with self.open_checked() as fh:
+                while start < min(self.size, limit):
+                    fh.seek(start)
+                    data = fh.read(min(HEAD_BYTES, self.size - start))
+                    if not data:
+                        break
+                    cut = data.rfind(b"\n") + 1 if start + len(data) < self.size else len(data)
+                    if cut <= 0:
+                        break
+                    self._sniff_head, self._sniff_lines = data[:cut], None
+                    yield start
+                    start += cut
+        finally:
+            self._sniff_head, self._sniff_lines = saved
+
     # -- reading -----------------------------------------------------------------------------
     def lines(self) -> Iterator[tuple[int, str]]:
         """(1-based line number, line without its newline), strictly decoded."""

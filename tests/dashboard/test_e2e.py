@@ -77,8 +77,12 @@ def test_runs_triage_compare(page, server):
     sync_api.expect(banner.get_by_text(re.compile("confidence"))).to_be_visible()
     assert banner.bounding_box()["y"] + banner.bounding_box()["height"] < 900
     assert banner.bounding_box()["y"] < chart.bounding_box()["y"]
-    sync_api.expect(page.locator(".st-key-triage_heatmap .js-plotly-plot")).to_be_visible()
     shoot(page, "02-triage")
+    routed = next((r.name for r in demo_runs(DEMO_DIR) if r.name == "overflow-full"), None) \
+        if DEMO_DIR.is_dir() and demo_runs(DEMO_DIR) else "demo-full"
+    open_page(page, server, f"triage?run={routed}")  # a run with per-layer routing entropy: its heatmap
+    sync_api.expect(page.locator(".st-key-triage_heatmap .js-plotly-plot")).to_be_visible()
+    chart = page.locator(".st-key-triage_chart .js-plotly-plot")
 
     # box-select a step range on the top panel: the page re-queries that range
     box = page.locator(".st-key-triage_chart .nsewdrag").first.bounding_box()

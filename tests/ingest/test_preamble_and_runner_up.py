@@ -1,0 +1,31 @@
+"""Detection reads real logs as they come: a long shell/Ray preamble before the first training line
+does not hide the format, and start-up lines that look like one format before the records of
+another do not leave the file unread."""
+
+from __future__ import annotations
+
+from moeproxy.ingest import parse_file
+
+
+def test_a_preamble_longer_than_the_head_does_not_hide_a_verl_console(tmp_path):
+    log = tmp_path / "train.log"
+    preamble = "".join(f"++ export VAR_{i}=/data/share/path/{i} # a shell trace line of the launcher\n"
+                       for i in range(2000))  # ~130 KB: two heads of prose
+    steps = "".join(f"\x1b[36m(TaskRunner pid=678203)\x1b[0m step:{s} - actor/entropy:{0.3 - s / 1000:.3f} - "
+                    f"actor/grad_norm:0.32 - critic/score/mean:{0.5 + s / 100:.3f}\n" for s in range(1, 30))
+    log.write_text(preamble + steps)
+    parsed = parse_file(log)
+    assert parsed.format == "verl-console"
+    assert sorted(set(parsed.rows.step.tolist())) == list(range(1, 30))
+
+
+def test_start_up_dicts_then_pipe_records_are_read_by_the_format_that_reads_values(tmp_path):
+    log = tmp_path / "run.log"
+    head = "".join(f"  Learner: ({{'hosts': 0/1, 'gpus': {i}/8}}, 'rank {i}/8 initialized on cuda:{i}')\n"
+                   for i in range(8))
+    records = "".join(f"step:{s} | policy_loss={0.001 * s:.4f} | mean_reward={0.15 + s / 100:.4f} | "
+                      f"grad_norm={9.6 + s:.4f} | epoch=0\n" for s in range(20))
+    log.write_text(head + "Training: 7473 problems, 32 prompts/step\n" + records)
+    parsed = parse_file(log)
+    assert len(parsed.rows) > 0
+    assert sorted(set(parsed.rows.step.tolist())) == list(range(20))
