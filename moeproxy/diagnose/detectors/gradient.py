@@ -228,7 +228,10 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         return []
     low, high = np.quantile(v, [0.05, 0.95])
     level = float(np.median(v))
-    if high - low > cfg.never_learned_band * level:
+    q = max(5, v.size // 4)
+    trend = float(np.median(v[-q:]) - np.median(v[:q]))  # a noisy loss that is level from start to end
+    if high - low > cfg.never_learned_band * level and not (
+            abs(trend) <= cfg.never_learned_band / 2 * level and high - low <= 5 * cfg.never_learned_band * level):
         return []
     first = int(s.index[0])
     return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_never_moved",
