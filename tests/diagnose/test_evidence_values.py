@@ -216,3 +216,4 @@ def test_the_checker_catches_a_median_printed_as_a_value():
     assert unexplained_numbers("reward_mean rose from median 0.125 over steps 1-4 to 0.25 at step 2", run) == []
     assert unexplained_numbers("reward_mean fell to 0.25 at step 3", run)  # 0 was logged there
     assert medians_quoted_wrong("reward_mean: median 0.2 over steps 1-4", run) == ["median 0.2 over steps 1-4"]
+

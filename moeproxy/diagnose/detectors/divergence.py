@@ -127,7 +127,9 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     vals = series.to_numpy()
     steps = series.index.to_numpy()
     with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(vals) | (np.abs(vals) >= cfg.fp16_max * 0.999)
+        # non-finite, or clamped at fp16's largest value (65504: a saturated half-precision number);
+        # a larger finite value is a real one (fp32/bf16 runs climb past 65504 as they blow up)
+        bad = ~np.isfinite(vals) | (np.abs(np.abs(vals) - cfg.fp16_max) <= cfg.fp16_max * 0.001)
     cut = int(np.flatnonzero(bad)[0]) if bad.any() else len(vals)
     prefix = vals[:cut]
     finite = prefix[np.isfinite(prefix)]
