@@ -56,9 +56,12 @@ def job_panel(root: str) -> None:
                 f"{md_text(DEVICE_NAMES.get(job['device'], job['device']))}): {md_code(state)} — "
                 f"{md_text(job.get('message', ''))}")
     if state in jobs.ACTIVE_STATES:
-        total = max(int(job.get("total") or 0), 1)
-        st.progress(min(1.0, int(job.get("done") or 0) / total), text=md_text(f"{job.get('stage') or 'starting'} "
-                    f"{job.get('done', 0)}/{job.get('total', 0)}"))
+        total = int(job.get("total") or 0)
+        if total <= 0 or not job.get("stage"):  # the job process is starting (importing torch)
+            st.progress(0.0, text="starting the job process (loading torch and the checkpoint's index) ...")
+        else:
+            st.progress(min(1.0, int(job.get("done") or 0) / total), text=md_text(
+                f"{job.get('stage')} {job.get('done', 0)}/{total}"))
         if st.button("Cancel", key="cancel_job"):
             jobs.cancel(root, job["job_id"])
             st.rerun()

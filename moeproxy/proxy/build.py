@@ -344,12 +344,13 @@ def verify_built(r: Resolved, chosen: Chosen, tmp: Path, spec: BuildSpec, progre
     if not spec.verify:
         return {"skipped": "--no-verify"}
     steps = 2 * int(r.ckpt.config.get("num_hidden_layers") or len(chosen.layers))
-    progress("verify", 0, steps, "masked full model, then proxy, layer by layer")
+    # the layers' own steps count to ``total``, the verdict is one step more: every line its own count
+    progress("verify", 0, steps + 1, "masked full model, then proxy, layer by layer")
     result = verify_proxy(
         r.ckpt, open_checkpoint(tmp), r.adapter, chosen.kept, top_k=r.top_k if spec.top_k == "scale" else None,
         device=r.device, seed=spec.seed,
-        progress=lambda done, total, message: progress("verify", min(done, total - 1), total, message))
-    progress("verify", steps, steps, "passed" if result["passed"] else "FAILED")
+        progress=lambda done, total, message: progress("verify", min(done, total), total + 1, message))
+    progress("verify", steps + 1, steps + 1, "passed" if result["passed"] else "FAILED")
     return result
 
 

@@ -229,3 +229,15 @@ def test_report_contract(built):
     assert on_disk["moe_layers"] == [1, 2]  # layer 0 is dense (first_k_dense_replace)
     for layer, kept in on_disk["kept_experts"].items():  # two per routing group of four
         assert sum(k < 4 for k in kept) == 2 and sum(k >= 4 for k in kept) == 2
+
+
+def test_verify_progress_counts_each_line_once(tmp_path):
+    """The build's verify stage numbers every progress line differently and ends at total/total."""
+    from moeproxy.proxy.build import BuildSpec, build_proxy
+    from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT
+
+    lines = []
+    build_proxy(BuildSpec(src=str(DEFAULT_CHECKPOINT), out=str(tmp_path / "p"), keep_ratio=0.5),
+                progress=lambda stage, done, total, message: lines.append((stage, done, total)))
+    verify = [(d, t) for s, d, t in lines if s == "verify"]
+    assert [d for d, _ in verify] == list(range(len(verify))) and verify[-1][0] == verify[-1][1]
