@@ -4,6 +4,8 @@ finished proxy's report. Jobs live in files next to the store, so they survive r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 import pandas as pd
 import streamlit as st
@@ -87,6 +89,14 @@ def job_panel(root: str) -> None:
                          hide_index=True, key="jobs_table")
 
 
+def weight_files(folder) -> list:
+    """The checkpoint's weight files (safetensors, single or sharded) directly in ``folder``."""
+    try:
+        return sorted(p for p in Path(folder).glob("*.safetensors") if p.is_file())
+    except OSError:
+        return []
+
+
 st.title("Proxy")
 root = str(jobs.jobs_root(queries.db_path()))
 device = detected_device()
@@ -121,7 +131,12 @@ if checkpoint is not None:
         st.dataframe(plan_table(planned), hide_index=True, key="plan_table")
         for note in planned.get("notes", []):
             st.caption(md_text(note))
-        if st.button(f"Build proxy on {DEVICE_NAMES[device]}", key="start_build", type="primary"):
+        weights = weight_files(checkpoint)
+        if not weights:  # a config-only directory can be planned, not built
+            st.caption("This directory holds a config but no weights (`*.safetensors`): the plan above is "
+                       "computed from the config; a build needs the checkpoint's weight files.")
+        if st.button(f"Build proxy on {DEVICE_NAMES[device]}", key="start_build", type="primary",
+                     disabled=not weights):
             try:
                 job_id = jobs.launch(root, "build", {"src": str(checkpoint), "keep_ratio": float(keep_ratio),
                                                      "allowed_roots": [str(r) for r in allowed_roots()]}, device)

@@ -187,3 +187,19 @@ def test_report_page_offers_the_html(app):
     assert not [s for s in app.selectbox if s.key.startswith(("report_proxy", "report_recipe"))]
     assert any("moeproxy report demo-proxy -o" in c.value for c in app.caption)
     assert any("No proxy run is linked" in c.value for c in app.caption)
+
+
+def test_proxy_page_plans_a_config_only_directory_but_offers_no_build(app, app_env):
+    import shutil
+
+    from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT
+
+    config_only = app_env / "config-only"
+    config_only.mkdir()
+    shutil.copy(DEFAULT_CHECKPOINT / "config.json", config_only / "config.json")
+    app.switch_page("app_pages/proxy.py").run()
+    app.text_input(key="proxy_ckpt").set_value(str(config_only)).run()
+    assert not app.exception, app.exception
+    assert [m.label for m in app.metric][:1] == ["Accelerators"]  # the plan, from the config
+    assert app.button(key="start_build").disabled
+    assert any("no weights" in c.value for c in app.caption)
