@@ -66,7 +66,7 @@ KEY_START = re.compile(r"[A-Za-z_]")
 KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")" + NUMBER_END, re.IGNORECASE)
 # a value before its name, only for names that are known metrics (``9.12 loss``, not ``12 ms``)
 VALUE_FIRST = re.compile(r"^(" + NUMBER + r")\s+([A-Za-z_][\w/]*)(?![\w.])", re.IGNORECASE)
-SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s{2,}|\t")
+SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s*(?<!\S)-{2,}\s+|\s{2,}|\t")  # `` -- `` separates pairs too
 # a split tag before a record's pairs (``Step 14100 stats, val: loss = 3.32``): the record's
 # metrics are that split's, not the training ones printed at the same step
 SPLIT_TAG = re.compile(r"(?<![\w/])(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s*:\s*(?=[A-Za-z_])",

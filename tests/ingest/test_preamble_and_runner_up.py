@@ -29,3 +29,16 @@ def test_start_up_dicts_then_pipe_records_are_read_by_the_format_that_reads_valu
     parsed = parse_file(log)
     assert len(parsed.rows) > 0
     assert sorted(set(parsed.rows.step.tolist())) == list(range(20))
+
+
+def test_pairs_after_a_double_dash_are_read(tmp_path):
+    """A real line (blind8 j5_03, NVIDIA DeepLearningExamples' ALBERT): `` -- `` separates the step
+    from its pairs; the first pair (the loss) was dropped with it."""
+    line = ("[1,0]<stdout>:2020-12-23 23:07:21,094 __main__    : INFO     Train step 1040 -- Loss: 11.174, "
+            "MLM: 10.479, SOP: 0.695, MLM_acc: 0.000, SOP_acc: 0.521 -- It/s: 1.69\n")
+    log = tmp_path / "albert.log"
+    log.write_text(line + line.replace("step 1040", "step 1050").replace("11.174", "11.175"))
+    parsed = parse_file(log)
+    rows = parsed.rows
+    loss = [v for c, v in zip(rows.code, rows.value) if rows.names[c].lower() == "loss"]
+    assert loss == [11.174, 11.175] and sorted(set(rows.step.tolist())) == [1040, 1050]
