@@ -58,6 +58,8 @@ def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what
     shift = sustained_shift(s, +1, factor=factor, z=cfg.robust_z, min_history=cfg.min_history)
     if shift is None:
         return None
+    if tail_level(s.to_numpy()) <= head_level(s.to_numpy()):
+        return None  # back at or below where it started by the end: a start-up transient, not lasting
     base = ev.baseline(s, shift, positive=True)
     return Finding(ROUTING_COLLAPSE, shift.onset_step, CRITICAL, name, rule,
                    f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
