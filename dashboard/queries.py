@@ -145,6 +145,10 @@ def recent_alerts(db: str) -> list[dict]:
     if store.path is not None and not Path(store.path).exists():
         return []
     latest: dict[str, dict] = {}
-    for alert in store.alerts(since=since.to_pydatetime()):
+    try:
+        raised = store.alerts(since=since.to_pydatetime())
+    except Exception:  # a busy, damaged or foreign store: the page that opened says so, not every sidebar
+        return []
+    for alert in raised:
         latest[str(alert.get("run"))] = alert  # oldest first: a later revision replaces the earlier
     return sorted(latest.values(), key=lambda a: str(a.get("detected_at")), reverse=True)
