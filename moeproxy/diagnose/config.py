@@ -70,6 +70,8 @@ class DiagnoseConfig:
     min_digits: int = 4                # significant digits a repeated loss must show to mean a frozen loss
     never_learned_records: int = 20   # records from the run's start over which a loss that never moves never learned
     never_learned_band: float = 0.02   # ... its 5-95 % range within this share of its level
+    never_learned_trend: float = 0.01  # ... or, noisier, its first and last quarters' medians this close
+    never_learned_noisy_band: float = 0.10  # ... with its 5-95 % range within this share of its level
     uniform_classes: int = 100         # a loss frozen at ln(k), k up to this: a uniform guess over k outcomes
     uniform_tolerance: float = 1e-3    # ... to within this (absolute, in nats)
     short_run: int = 10                # confidence: fewer records and bands rest on a handful of points

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.robust import edge_count, fmt, quarter_count
 
 
 def finite(series: pd.Series) -> pd.Series:
@@ -61,20 +61,16 @@ def median_value(records: pd.Series) -> float:
     return float(np.median(records.to_numpy(dtype=float))) if len(records) else float("nan")
 
 
-def _count(n: int, share: float, minimum: int) -> int:
-    return max(minimum, int(round(share * n)))
-
-
 def head(series: pd.Series, share: float = 0.1, minimum: int = 3) -> pd.Series:
     """The finite records ``robust.head_level`` takes the median of."""
     s = finite(series)
-    return s.iloc[:_count(len(s), share, minimum)]
+    return s.iloc[:edge_count(len(s), share, minimum)]
 
 
 def tail(series: pd.Series, share: float = 0.1, minimum: int = 3) -> pd.Series:
     """The finite records ``robust.tail_level`` takes the median of."""
     s = finite(series)
-    return s.iloc[-_count(len(s), share, minimum):] if len(s) else s
+    return s.iloc[-edge_count(len(s), share, minimum):] if len(s) else s
 
 
 def before(series: pd.Series, step) -> pd.Series:
@@ -129,5 +125,5 @@ def level_change(series: pd.Series, step) -> str | None:
     after = s[s.index >= step]
     if len(after) < 4:
         return None
-    k = max(2, len(after) // 4)
+    k = quarter_count(len(after))
     return f"from {median_of(after.iloc[:k])} to {median_of(after.iloc[-k:])}"

@@ -205,14 +205,24 @@ def _excess_over_trend(v: np.ndarray, kn: int, k: int, direction: int) -> float:
     return min(over_trend, over_level)
 
 
+def edge_count(n: int, share: float = 0.1, minimum: int = 3) -> int:
+    """How many records a start or end level takes of ``n``: ``share`` of them, at least ``minimum``
+    (the one rule the levels and the evidence that quotes them share)."""
+    return max(minimum, int(round(share * n)))
+
+
+def quarter_count(n: int) -> int:
+    """The records of a quarter of ``n`` (at least 2): the first and last quarter a trend compares."""
+    return max(2, n // 4)
+
+
 def tail_level(values: np.ndarray, share: float = 0.1, minimum: int = 3) -> float:
     """Median of the last ``share`` of finite records (at least ``minimum``)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if not v.size:
         return float("nan")
-    k = max(minimum, int(round(share * v.size)))
-    return float(np.median(v[-k:]))
+    return float(np.median(v[-edge_count(v.size, share, minimum):]))
 
 
 def head_level(values: np.ndarray, share: float = 0.1, minimum: int = 3) -> float:
@@ -221,8 +231,7 @@ def head_level(values: np.ndarray, share: float = 0.1, minimum: int = 3) -> floa
     v = v[np.isfinite(v)]
     if not v.size:
         return float("nan")
-    k = max(minimum, int(round(share * v.size)))
-    return float(np.median(v[:k]))
+    return float(np.median(v[:edge_count(v.size, share, minimum)]))
 
 
 def fmt(value: float) -> str:

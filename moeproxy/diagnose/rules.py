@@ -45,6 +45,15 @@ def label_of(category: str) -> str:
     return LABEL_OF.get(category, category)
 
 
+def chain_rank(category: str) -> float:
+    """A category's place in LABELS.md's causal chain (lower is upstream); a category outside the
+    chain (a user's own) comes after it."""
+    if category in SECONDARY_RANK:
+        return SECONDARY_RANK[category]
+    label = label_of(category)
+    return float(CHAIN.index(label)) if label in CHAIN else float(len(CHAIN))
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -64,11 +73,7 @@ class Rule:
     @property
     def rank(self) -> float:
         """Place in the causal chain (lower is upstream)."""
-        if self.chain is not None:
-            return self.chain
-        if self.category in SECONDARY_RANK:
-            return SECONDARY_RANK[self.category]
-        return float(CHAIN.index(label_of(self.category)))
+        return self.chain if self.chain is not None else chain_rank(self.category)
 
 
 RULES: Registry[Rule] = Registry("rule")

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from moeproxy.diagnose.robust import quarter_count
 from moeproxy.errors import InputError
 from moeproxy.vocabulary import ALIASES
 
@@ -126,7 +127,7 @@ class RunSeries:
         after = r[r.index >= step].to_numpy()
         if len(after) < 4:
             return None
-        k = max(2, len(after) // 4)
+        k = quarter_count(len(after))
         gain = float(np.median(after[-k:]) - np.median(after[:k]))
         noise = float(np.median(np.abs(np.diff(r.to_numpy())))) * 1.4826 / np.sqrt(2) if len(r) > 2 else 0.0
         return name, gain, noise

@@ -67,13 +67,6 @@ def make_alert(run: str, result: dict, last_step: int | None, previous: dict | N
     return alert
 
 
-def _chain_rank(verdict: str) -> int:
-    from moeproxy.diagnose.rules import CHAIN, label_of
-
-    label = label_of(verdict)
-    return CHAIN.index(label) if label in CHAIN else len(CHAIN)
-
-
 def next_alert(open_alert: dict | None, run: str, result: dict, last_step: int | None,
                tie_steps: float = 0.0) -> dict | None:
     """The alert (new, or an update of ``open_alert``) a diagnosis calls for, or None. ``tie_steps``:
@@ -89,11 +82,13 @@ def next_alert(open_alert: dict | None, run: str, result: dict, last_step: int |
         return None
     if old_onset is None:
         return make_alert(run, result, last_step, open_alert)
+    from moeproxy.diagnose.rules import chain_rank
+
     if old_verdict == "overflow":  # the first non-finite value: only something clearly earlier explains it
         explains = onset < old_onset - tie_steps
     else:
         explains = onset < old_onset - tie_steps or (
-            abs(onset - old_onset) <= tie_steps and _chain_rank(verdict) < _chain_rank(old_verdict))
+            abs(onset - old_onset) <= tie_steps and chain_rank(verdict) < chain_rank(old_verdict))
     return make_alert(run, result, last_step, open_alert) if explains else None
 
 

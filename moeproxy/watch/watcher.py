@@ -490,8 +490,7 @@ class Watcher:
                 self.say(f"moeproxy watch: run {run!r}: diagnosis failed ({type(result).__name__}: "
                          f"{str(result)[:300]}); its rows are stored, it is diagnosed again when it grows", err=True)
                 continue
-            steps = np.unique(frame["step"].to_numpy())
-            gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
+            gap = float((result.get("data") or {}).get("step_gap") or 1.0)  # the diagnosis measured it
             alert = next_alert(state.alert, run, result, int(frame["step"].max()), tie_steps=2 * gap)
             changed = (result["verdict"], result["onset_step"], result.get("confidence")) != state.saved
             if alert is not None or changed:

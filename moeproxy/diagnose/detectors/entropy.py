@@ -113,9 +113,7 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
         return []
     name, s, start, end = got
     vals = s.to_numpy()
-    if start > 0 and end >= 2 * start:
-        return []  # a rise: entropy_blowup's
-    if not start > 0 or end > cfg.entropy_floor_fraction * start:
+    if not start > 0 or end > cfg.entropy_floor_fraction * start:  # (a rise is entropy_blowup's)
         return []
     # a short baseline window follows the healthy early decay, so only the collapse departs
     shift = sustained_shift(s, -1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history,

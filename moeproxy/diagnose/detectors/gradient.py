@@ -15,7 +15,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.robust import fmt, quarter_count
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, VANISHING_GRADIENT, Finding
 from moeproxy.diagnose.rules import declare
@@ -29,7 +29,8 @@ RULES = declare(VANISHING_GRADIENT, {
     "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
     "loss_never_moved": "a training loss that never left a narrow band from the run's start: the run never learned",
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
-}, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band"),
+}, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
+                                    "never_learned_noisy_band"),
                "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
@@ -201,7 +202,9 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     - it sits at ln(k) for a small k (2.3026 = ln 10) to ``uniform_tolerance`` over the last
       ``vanishing_min_records`` records or more: the model outputs a uniform guess over k outcomes;
     - the log starts at the run's start and the loss stays within ``never_learned_band`` of its
-      level over ``never_learned_records`` records or more, never improving.
+      level over ``never_learned_records`` records or more, never improving; or, a noisier loss,
+      within ``never_learned_noisy_band`` with its first and last quarters' medians within
+      ``never_learned_trend`` of its level (no trend at all).
     Dated from the first record of the stretch."""
     found = run.resolve("loss")
     if found is None or run.is_rl:
@@ -228,10 +231,10 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         return []
     low, high = np.quantile(v, [0.05, 0.95])
     level = float(np.median(v))
-    q = max(5, v.size // 4)
+    q = quarter_count(v.size)
     trend = float(np.median(v[-q:]) - np.median(v[:q]))  # a noisy loss that is level from start to end
     if high - low > cfg.never_learned_band * level and not (
-            abs(trend) <= cfg.never_learned_band / 2 * level and high - low <= 5 * cfg.never_learned_band * level):
+            abs(trend) <= cfg.never_learned_trend * level and high - low <= cfg.never_learned_noisy_band * level):
         return []
     first = int(s.index[0])
     return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_never_moved",
