@@ -61,7 +61,10 @@ def _title_script(count: int) -> str:
             "window.__moeproxyAlertTitle=t;})();</script>")
 
 
-@st.fragment(run_every=REFRESH_SECONDS)
+ALERT_REFRESH_SECONDS = 1.0  # a raised alert shows on any open page within about this (+ the watcher's cycle)
+
+
+@st.fragment(run_every=ALERT_REFRESH_SECONDS)
 def live_alerts() -> None:
     """On every page (the sidebar): the alerts a watcher raised in the last day, each linking to its
     run's Triage; a toast when one arrives while the page is open; the count in the tab's title."""

@@ -128,16 +128,23 @@ def reference_bands(db: str, references: tuple[str, ...], run: str, metrics: tup
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
-def step_times(db: str, version: int, run: str) -> pd.DataFrame:
+def has_wall_time(db: str, version: int, run: str) -> bool:
+    from moeproxy.downsample import has_wall_time as _has
+
+    return _has(Store(db), run)
+
+
+@st.cache_data(ttl=600, max_entries=64, show_spinner=False)
+def step_times(db: str, version: int, run: str, metrics: tuple[str, ...]) -> pd.DataFrame:
     from moeproxy.downsample import step_times as _step_times
 
-    return _step_times(Store(db), run)
+    return _step_times(Store(db), run, list(metrics))
 
 
 ALERT_HOURS = 24  # alerts shown on every page: those raised in the last day
 
 
-@st.cache_data(ttl=1, max_entries=8, show_spinner=False)
+@st.cache_data(ttl=0.5, max_entries=8, show_spinner=False)
 def recent_alerts(db: str) -> list[dict]:
     """The latest revision of each alert raised in the last ``ALERT_HOURS`` (newest first)."""
     since = pd.Timestamp.now(tz="UTC") - pd.Timedelta(hours=ALERT_HOURS)

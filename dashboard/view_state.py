@@ -5,8 +5,11 @@ same view. Values are plain text; anything malformed is ignored (the page's defa
 from __future__ import annotations
 
 import math
+import re
 
 import streamlit as st
+
+_RANGE = re.compile(r"(-?\d+)-(-?\d+)")
 
 
 def url_text(name: str) -> str | None:
@@ -29,18 +32,16 @@ def url_float(name: str, default: float) -> float:
 
 
 def url_range(name: str) -> tuple[int, int] | None:
-    """``lo-hi`` (integers, negative ones allowed as ``-5--1``) -> (lo, hi) with lo < hi."""
-    value = url_text(name)
-    if not value:
+    return parse_range(url_text(name) or "")
+
+
+def parse_range(text: str) -> tuple[int, int] | None:
+    """``lo-hi`` (integers, negative ones allowed: ``-5--1``) -> (lo, hi) with lo < hi, else None."""
+    m = _RANGE.fullmatch(text)
+    if not m:
         return None
-    for i in range(1, len(value)):
-        if value[i] == "-" and value[i - 1] != "-":
-            try:
-                lo, hi = int(value[:i]), int(value[i + 1:])
-            except ValueError:
-                continue
-            return (lo, hi) if lo < hi else None
-    return None
+    lo, hi = int(m.group(1)), int(m.group(2))
+    return (lo, hi) if lo < hi else None
 
 
 def write_url(**values: str | None) -> None:

@@ -317,18 +317,23 @@ def layer_heatmap(store: Store, run: str, prefix: str = LAYER_PREFIX, lo: int | 
         return con.execute(sql, {**params, "lo": int(lo), "hi": int(hi), "buckets": int(buckets)}).df()
 
 
-def step_times(store: Store, run: str, lo: int | None = None, hi: int | None = None) -> pd.DataFrame:
-    """step, wall_time (seconds since the epoch: the earliest logged at that step) of a run, for a
-    wall-clock x axis; empty when the log carries no times."""
+def has_wall_time(store: Store, run: str) -> bool:
+    """Whether the log carries wall times (one row is enough: no scan of the run)."""
+    with store.read() as con:
+        run_id = store.run_id(con, run)
+        return con.execute("SELECT 1 FROM scalars WHERE run_id = ? AND wall_time IS NOT NULL "
+                           "AND isfinite(wall_time) LIMIT 1", [run_id]).fetchone() is not None
+
+
+def step_times(store: Store, run: str, metrics: list[str] | None = None) -> pd.DataFrame:
+    """step, wall_time (seconds since the epoch: the earliest logged at that step) of a run, read
+    from ``metrics`` (default: all), for a wall-clock x axis; empty when the log carries no times."""
     with store.read() as con:
         run_id = store.run_id(con, run)
         where = "run_id = $run AND wall_time IS NOT NULL AND isfinite(wall_time)"
         params: dict = {"run": run_id}
-        if lo is not None:
-            where += " AND step >= $lo"
-            params["lo"] = int(lo)
-        if hi is not None:
-            where += " AND step <= $hi"
-            params["hi"] = int(hi)
+        if metrics:
+            where += " AND list_contains($metrics, metric)"
+            params["metrics"] = list(metrics)
         return con.execute(f"SELECT step, min(wall_time) AS wall_time FROM scalars WHERE {where} "
                            "GROUP BY step ORDER BY step", params).df()

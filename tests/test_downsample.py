@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from moeproxy.downsample import layer_heatmap, m4_series, step_range
+from moeproxy.downsample import has_wall_time, layer_heatmap, m4_series, step_range, step_times
 from moeproxy.errors import NotFound
 from moeproxy.store import GLOBAL_RANK, Store
 
@@ -18,7 +18,7 @@ def put(store: Store, run: str, frame: pd.DataFrame) -> None:
     frame = frame.copy()
     frame["attempt"] = frame.get("attempt", 0)
     frame["rank"] = frame.get("rank", GLOBAL_RANK)
-    frame["wall_time"] = np.nan
+    frame["wall_time"] = frame.get("wall_time", np.nan)
     with store.write() as tx:
         run_id = tx.ensure_run(run, "other", None, "test", "synthetic")
         source_id = tx.add_source(run_id, {"path": run, "sha256": f"sha-{run}-{len(frame)}", "format": "synthetic",
@@ -152,3 +152,15 @@ def test_series_row_id_index_gives_the_same_answer_and_survives_stale_ranges(tmp
     put(store, "s", series("loss", values))
     m4_series(store, "r", ["loss"])
     assert list(downsample._SERIES_INDEX)[-1][1] == str(store.data_version())
+
+
+def test_step_times_give_the_wall_clock_axis_and_a_log_without_times_has_none(tmp_path):
+    store = Store(tmp_path / "t.duckdb")
+    steps = np.arange(1, 6)
+    put(store, "timed", pd.DataFrame({"metric": ["loss"] * 5 + ["kl"] * 5, "step": np.r_[steps, steps],
+                                      "value": 1.0, "wall_time": np.r_[100.0 + steps, 99.0 + steps]}))
+    put(store, "untimed", pd.DataFrame({"metric": "loss", "step": steps, "value": 1.0}))
+    assert has_wall_time(store, "timed") and not has_wall_time(store, "untimed")
+    assert step_times(store, "timed")["wall_time"].tolist() == [100.0, 101.0, 102.0, 103.0, 104.0]  # earliest
+    assert step_times(store, "timed", ["loss"])["wall_time"].tolist() == [101.0, 102.0, 103.0, 104.0, 105.0]
+    assert step_times(store, "untimed").empty

@@ -25,16 +25,18 @@ st.title("Triage")
 db = queries.db_path()
 version = queries.data_version()
 table = queries.runs(db, version)
-run = queries.selected_run(table, key="triage_run", default=url_text("run"))
+run = queries.selected_run(table, key="triage_run")  # a link's ?run= first
 if run is None:
     st.info("No runs yet: ingest one on the Runs page.")
     st.stop()
 live = is_live(db, run)
 
 
-def verdict_banner(findings: dict | None) -> None:
-    """The answer at the top: verdict, onset, confidence, the other readings, one line of evidence."""
-    head = headline(findings)
+@st.fragment(run_every=REFRESH_SECONDS if live else None)
+def verdict_banner() -> None:
+    """The answer at the top: verdict, onset, confidence, the other readings, one line of evidence
+    (redrawn with the chart while a watcher grows the run)."""
+    head = headline(queries.findings(db, queries.data_version(), run))
     with st.container(border=True, key="verdict_banner"):
         if head["verdict"] is None:
             st.markdown(f"### {verdict_badge(None)}")
@@ -54,8 +56,8 @@ def verdict_banner(findings: dict | None) -> None:
                         f"({md_text(alt['why'])})")
 
 
+verdict_banner()
 findings_now = queries.findings(db, version, run)
-verdict_banner(findings_now)
 
 stored = queries.metrics(db, version, run)
 plain = [m for m in stored if not m.startswith(LAYER_PREFIX)]
@@ -69,12 +71,11 @@ if metrics_key not in st.session_state:  # a link's metrics first, else the defa
 panels = st.multiselect("Metrics (type to search; the findings' metrics are drawn by default)", plain,
                         key=metrics_key, placeholder="search metrics, e.g. kl, reward, clipfrac") or default_panels
 
-times = queries.step_times(db, version, run)
 c1, c2, c3, c4 = st.columns([3, 2, 3, 1])
 if "triage_smoothing" not in st.session_state:
     st.session_state["triage_smoothing"] = min(0.99, max(0.0, url_float("smooth", 0.0)))
 smoothing = c1.slider("Smoothing (debiased EMA; raw line stays drawn)", 0.0, 0.99, step=0.01, key="triage_smoothing")
-x_options = ["step", "wall_time"] if not times.empty else ["step"]
+x_options = ["step", "wall_time"] if queries.has_wall_time(db, version, run) else ["step"]
 if "triage_x" not in st.session_state:
     st.session_state["triage_x"] = url_text("x") if url_text("x") in x_options else "step"
 x_axis = c2.radio("x axis", x_options, horizontal=True, key="triage_x",
@@ -131,8 +132,6 @@ def run_view() -> None:
     series = grown_series(db, now, run, tuple(panels), "triage_series", lo, hi,
                           int(attempts.iloc[0]) if len(attempts) else 0)
     findings = queries.findings(db, now, run)
-    if live and findings != findings_now:
-        verdict_banner(findings)  # the live answer, where the chart is redrawn
     span = queries.step_range(db, now, run, tuple(panels))
     bands = None
     if show_band and references and span and x_axis == "step":
@@ -148,7 +147,7 @@ def run_view() -> None:
         bands = {m: b[b["runs"] >= MIN_BAND_RUNS] for m, b in bands.items()}
         bands = {m: b for m, b in bands.items() if not b.empty}
     if x_axis == "wall_time":
-        series = series.merge(queries.step_times(db, now, run), on="step", how="left")
+        series = series.merge(queries.step_times(db, now, run, tuple(panels)), on="step", how="left")
     fig = triage_figure(series, panels, findings, smoothing=smoothing or None, bands=bands,
                         span=span if band_by == "fraction" else None, log_metrics=set(log_panels), x=x_axis)
     event = st.plotly_chart(fig, key="triage_chart", on_select="rerun", selection_mode=("box",), width="stretch")

@@ -88,3 +88,16 @@ def wait_for_app(page, timeout_ms: int = 120_000) -> None:
     page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
         state="attached", timeout=timeout_ms)
     sync_api.expect(page.get_by_test_id("stSkeleton")).to_have_count(0, timeout=timeout_ms)
+
+
+def box_select_on_triage(page, start: float, end: float) -> None:
+    """Drag a box over the Triage chart's top panel from ``start`` to ``end`` (fractions of its
+    width) and wait until the page has re-queried that step range (Reset zoom enabled)."""
+    page.locator(".st-key-triage_chart .js-plotly-plot").scroll_into_view_if_needed()
+    box = page.locator(".st-key-triage_chart .nsewdrag").first.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * start, box["y"] + box["height"] * 0.5)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * end, box["y"] + box["height"] * 0.5, steps=8)
+    page.mouse.up()
+    wait_for_app(page)
+    sync_api.expect(page.locator(".st-key-triage_reset_zoom button")).to_be_enabled()

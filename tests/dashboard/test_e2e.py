@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from dashboard_server import REPO, app_env, browser_page, dashboard_server, sync_api, wait_for_app
+from dashboard_server import REPO, app_env, box_select_on_triage, browser_page, dashboard_server, sync_api, wait_for_app
 
 from moeproxy.demo import DEMO_DIR, demo_runs
 from moeproxy.diagnose import CATEGORIES
@@ -84,14 +84,7 @@ def test_runs_triage_compare(page, server):
     sync_api.expect(page.locator(".st-key-triage_heatmap .js-plotly-plot")).to_be_visible()
     chart = page.locator(".st-key-triage_chart .js-plotly-plot")
 
-    # box-select a step range on the top panel: the page re-queries that range
-    box = page.locator(".st-key-triage_chart .nsewdrag").first.bounding_box()
-    page.mouse.move(box["x"] + box["width"] * 0.55, box["y"] + box["height"] * 0.5)
-    page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.85, box["y"] + box["height"] * 0.5, steps=8)
-    page.mouse.up()
-    wait_for_app(page)
-    sync_api.expect(page.locator(".st-key-triage_reset_zoom button")).to_be_enabled()
+    box_select_on_triage(page, 0.55, 0.85)  # a step range on the top panel: the page re-queries it
     shoot(page, "03-triage-zoomed")
 
     open_page(page, server, "compare")

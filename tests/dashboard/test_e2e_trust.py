@@ -13,7 +13,7 @@ import time
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from dashboard_server import app_env, browser_page, dashboard_server, sync_api, wait_for_app
+from dashboard_server import app_env, box_select_on_triage, browser_page, dashboard_server, sync_api, wait_for_app
 from synthetic_runs import write_run_log
 
 from moeproxy.diagnose.record import diagnose_and_record
@@ -69,14 +69,7 @@ def test_a_shared_link_reproduces_run_metrics_and_zoom_in_a_fresh_browser(served
         page.get_by_role("option", name="reward_mean", exact=True).click()
         page.keyboard.press("Escape")  # close the drop-down
         wait_for_app(page)
-        page.locator(".st-key-triage_chart .js-plotly-plot").scroll_into_view_if_needed()
-        box = page.locator(".st-key-triage_chart .nsewdrag").first.bounding_box()
-        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
-        page.mouse.down()
-        page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] * 0.5, steps=8)
-        page.mouse.up()
-        wait_for_app(page)
-        sync_api.expect(page.locator(".st-key-triage_reset_zoom button")).to_be_enabled()
+        box_select_on_triage(page, 0.5, 0.8)
         page.wait_for_timeout(500)
         shared = page.url
     query = parse_qs(urlparse(shared).query)
