@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import queries
@@ -94,11 +95,11 @@ else:
     wanted_tags = f2.multiselect("Tags", every_tag, key="runs_tags", placeholder="every tag",
                                  disabled=not every_tag)
     name_part = f3.text_input("Run name contains", key="runs_name")
-    shown = table[["run", "role", "proxy_of", "framework", "steps", "metrics", "nonfinite", "verdict",
-                   "onset_step", "tags"]].copy()
+    shown = table[["run", "role", "proxy_of", "framework", "steps", "nonfinite", "verdict", "onset_step",
+                   "tags"]].copy()
     shown["verdict"] = shown["verdict"].fillna("not diagnosed")
     shown["proxy_of"] = shown["proxy_of"].fillna("")
-    shown["onset_step"] = shown["onset_step"].astype("Int64").astype(str).replace("<NA>", "")
+    shown["onset_step"] = [str(int(v)) if pd.notna(v) else "" for v in shown["onset_step"]]  # no "None" cells
     live = queries.live_runs(db)
     shown.insert(1, "live", ["live" if r in live else "" for r in shown["run"]])
     if wanted_verdicts:
@@ -112,18 +113,19 @@ else:
     picked = st.dataframe(
         shown, hide_index=True, width="stretch", key="runs_table", on_select="rerun", selection_mode="single-row",
         height=min(max(len(shown), 1), TABLE_ROWS) * ROW_PX + ROW_PX + 3,
-        column_config={"run": st.column_config.TextColumn("run", width="medium"),
-                       "live": st.column_config.TextColumn("watch", width="small", help="live: a `moeproxy watch` "
+        # widths that fit the page at 1440 px (the grid scrolls sideways past that; the full name is
+        # in the cell's tooltip)
+        column_config={"run": st.column_config.TextColumn("run", width=190),
+                       "live": st.column_config.TextColumn("watch", width=55, help="live: a `moeproxy watch` "
                                                            "stored rows of this run in the last minute"),
-                       "role": st.column_config.TextColumn("role", width="small"),
-                       "proxy_of": st.column_config.TextColumn("proxy of", width="medium"),
-                       "framework": st.column_config.TextColumn("framework", width="small"),
-                       "steps": st.column_config.NumberColumn("steps", width="small"),
-                       "metrics": st.column_config.NumberColumn("metrics", width="small"),
-                       "nonfinite": st.column_config.NumberColumn("non-finite", width="small"),
-                       "verdict": st.column_config.TextColumn("verdict", width="medium"),
-                       "onset_step": st.column_config.TextColumn("onset step", width="small"),
-                       "tags": st.column_config.ListColumn("tags", width="medium")})
+                       "role": st.column_config.TextColumn("role", width=55),
+                       "proxy_of": st.column_config.TextColumn("proxy of", width=130),
+                       "framework": st.column_config.TextColumn("framework", width=80),
+                       "steps": st.column_config.NumberColumn("steps", width=60),
+                       "nonfinite": st.column_config.NumberColumn("non-finite", width=75),
+                       "verdict": st.column_config.TextColumn("verdict", width=130),
+                       "onset_step": st.column_config.TextColumn("onset", width=65),
+                       "tags": st.column_config.ListColumn("tags", width=90)})
     rows = (picked or {}).get("selection", {}).get("rows", []) if picked else []
     if rows:
         chosen = str(shown.iloc[rows[0]]["run"])

@@ -36,6 +36,19 @@ def test_first_start_loads_the_demo_runs(app, app_env):
     assert any("loaded demo runs" in c.value for c in app.sidebar.caption)
 
 
+
+def test_the_runs_table_shows_no_none_cells(app, app_env):
+    from moeproxy.ingest import ingest_paths
+
+    ingest_paths(Store(app_env / "runs.duckdb"), [write_run_log(app_env / "plain.jsonl", steps=50, fault_step=None)],
+                 run="never-diagnosed")  # no verdict, no onset, no proxy
+    app.run()
+    table = app.dataframe[0].value
+    assert not table.isna().any().any(), table
+    row = table.set_index("run").loc["never-diagnosed"]
+    assert (row["verdict"], row["onset_step"], row["proxy_of"]) == ("not diagnosed", "", "")
+
+
 def test_runs_page_ingests_from_an_allowed_path_and_refuses_others(app, app_env):
     log = write_run_log(app_env / "logs" / "extra.jsonl", steps=120, fault_step=None)
     app.text_input(key="ingest_path").set_value(str(log))
