@@ -215,8 +215,6 @@ def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, 
         seen[key] = len(seen)
         is_root = finding["category"] == findings.get("verdict") and onset == verdict_onset
         x = x_of_step(onset)
-        if x is None:
-            continue
         fig.add_shape(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="paper", layer="below",
                       line={"width": 2 if is_root else 1, "dash": "solid" if is_root else "dash",
                             "color": colour if is_root else "#7f7f7f"}, opacity=0.9)
