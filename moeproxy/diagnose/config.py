@@ -18,6 +18,7 @@ class DiagnoseConfig:
     grad_norm_factor: float = 3.0      # sustained grad-norm level rise that counts as divergence
     loss_factor: float = 1.25          # sustained positive-loss level rise that counts as divergence
     loss_rise_over_best: float = 2.0   # loss above this multiple of its best so far, for good: divergence
+    rise_scale_share: float = 0.05     # ... and by at least this share of the level it ran at before (90th percentile)
     saturation_abs: float = 1e10       # msprobe AnomalyNan magnitude threshold
     fp16_max: float = 65504.0
     loss_scale_window: int = 1000      # Megatron default: growth/halving window (iterations)
@@ -44,6 +45,7 @@ class DiagnoseConfig:
     truncation_limit: float = 0.1
     vanishing_fraction: float = 1e-3
     vanishing_min_records: int = 5
+    lr_decayed_share: float = 0.01    # an lr this small a share of its peak before it reads 0: the schedule's end
     tie_records: int = 2               # LABELS.md: onsets "within the same record or two" (at the log's own
                                        # resolution) are together: the causal order decides
     eval_drop_share: float = 0.4       # an evaluation score that loses this share of its early level for good

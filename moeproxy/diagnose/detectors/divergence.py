@@ -27,7 +27,7 @@ RULES = declare(DIVERGENCE, {
     "rise_over_best": "the loss above twice its best so far, for good",
     "sustained_rise": "loss or grad norm above its noise band to the last record",
     "multi_record_spike": "loss or grad norm above its noise band for several records",
-    "huge_spike": "one record 100x the median before it",
+    "huge_spike": "one record 100x the median before it that does not come back",
     "grad_blowup": "grad norm 100x the run's median, repeatedly",
     "policy_loss_blowup": "an RL policy loss 100x its usual size, repeatedly (importance ratios blew up)",
     "large_spike": "a 10x spike that came back within two records",
@@ -39,10 +39,10 @@ RULES = declare(DIVERGENCE, {
     "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
 }, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup"),
    spike=("large_spike", "grad_excursion"),
-   thresholds={"rise_over_best": ("loss_rise_over_best",), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
+   thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor"),
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
-               "huge_spike": ("huge_spike",), "large_spike": ("large_spike",),
+               "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"), "contradicted_by_validation": ("validation_rise",)})
 
@@ -95,7 +95,11 @@ def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     # the smallest value from each record to the end: the rise must hold for every later record
     floor_after = np.minimum.accumulate(v[::-1])[::-1]
     for k in range(1, v.size - 1):
-        if floor_after[k] >= cfg.loss_rise_over_best * best[k - 1]:
+        # "far out of its range": the lasting rise must also matter on the scale the loss ran at
+        # before (a memorised loss going 1e-5 -> 7e-5 after starting near 5 has not diverged)
+        scale = float(np.quantile(v[:k], 0.9))
+        if (floor_after[k] >= cfg.loss_rise_over_best * best[k - 1]
+                and floor_after[k] - best[k - 1] >= cfg.rise_scale_share * scale):
             top = k + int(np.argmax(v[k:]))
             low = k + int(np.argmin(v[k:]))
             b = int(np.argmin(v[:k]))
@@ -104,6 +108,20 @@ def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
                            f"{int(st[k])} and never came back: over the {v.size - k} records from there, lowest "
                            f"{fmt(v[low])} at step {int(st[low])}, peak {fmt(v[top])} at step {int(st[top])}")
     return None
+
+
+def _early(vals, upto: int):
+    """The finite values of the first quarter of the records before position ``upto``."""
+    before = vals[:upto]
+    before = before[np.isfinite(before)]
+    return before[: max(1, before.size // 4)]
+
+
+def _within_early_level(vals, upto: int, peak: float) -> bool:
+    """A peak no higher than the median of the series' first quarter before ``upto`` (with at least
+    eight records there to call it a level)."""
+    early = _early(vals, upto)
+    return early.size >= 8 and peak <= float(np.median(early))
 
 
 def _loss_kept_falling(loss, first, last) -> bool:
@@ -193,6 +211,15 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
                                f"{name} ran up {ev.move(raw, steps[d.onset])}, peak {against(d, d.peak)}, "
                                f"{n_rec} records above its noise band; back in band after step {int(steps[d.end])}"))
             continue
+        if kind == "grad" and not at_end and not rl and _within_early_level(prefix, d.first, peak_value := float(prefix[d.peak])):
+            # a few records back up to the level the norm ran at earlier in the run (gradients
+            # shrink as a model fits its data), then down again: not out of its range
+            out.append(Finding(DIVERGENCE, int(steps[d.onset]), WARNING, name, "grad_excursion",
+                               f"{name} ran up {ev.move(raw, steps[d.onset])}, peak {against(d, d.peak)}, "
+                               f"no higher than its early level ({fmt(peak_value)} against a median of "
+                               f"{fmt(float(np.median(_early(prefix, d.first))))} over its first quarter); back in band "
+                               f"after step {int(steps[d.end])}"))
+            continue
         if kind == "grad" and loss is not None and not truncated and _loss_kept_falling(loss, steps[d.onset], steps[d.end]):
             # grad norms grow over healthy training (weight norms grow, the lr decays); a rise
             # while the loss keeps improving is not a divergence
@@ -216,7 +243,8 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
                      else "and came back within 2 records")
             out.append(Finding(DIVERGENCE, step, WARNING, name, "large_spike",
                                f"{name} spiked to {shown[0]} ({shown[1]}) {after}"))
-    out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips], cfg, raw)
+    out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips], cfg, raw,
+                        early_level=kind == "grad" and not rl)
     blips = [b for b in blips if b[1] < cfg.large_spike]
     if blips:
         step, peak, shown = max(blips, key=lambda b: b[1])
@@ -227,9 +255,11 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
 
 
 def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int], cfg: DiagnoseConfig,
-                 raw=None) -> list[Finding]:
+                 raw=None, early_level: bool = False) -> list[Finding]:
     """A record ``huge_spike`` times the median of the records before it (a grad norm of 11,140
-    where it ran 8-15) is a blow-up even if the next record is back: critical. The instability is
+    where it ran 8-15) that does not come back below ``large_spike`` times that median within the
+    next two records (or ends the log) is a blow-up: critical. ``early_level``: a grad norm of a run
+    that is not RL, whose spike no higher than its early level (``_within_early_level``) is passed over. The instability is
     dated from the first earlier spike of the same series, if any."""
     if any(f.severity == CRITICAL for f in found):
         return []
@@ -240,6 +270,11 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int],
         before = vals[ok[:j]]
         med = float(np.median(before))
         if vals[ok[j]] >= cfg.huge_spike * med:
+            after = vals[ok[j + 1:j + 3]]
+            if after.size and (after < cfg.large_spike * med).any():
+                continue  # LABELS.md: a single spike that recovers within a few records is not divergence
+            if early_level and _within_early_level(vals, ok[j], float(vals[ok[j]])):
+                continue  # a grad norm back at the level it ran at earlier: not out of its range
             earlier = [s for s in [f.onset_step for f in found] + blip_steps
                        if s is not None and s < steps[ok[j]]]
             onset = min(earlier) if earlier else int(steps[ok[j]])
@@ -263,11 +298,14 @@ def _blowup_onset(big, cluster: int) -> int:
 
 
 def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str, shown: str,
-                     floor: float = 0.0) -> Finding | None:
+                     floor: float = 0.0, loss=None) -> Finding | None:
     """LABELS.md "grad norm x100 repeatedly": at least two records ``grad_blowup_factor`` times the
     run's median (of the magnitudes: an RL policy loss is signed; an RL run's zero-advantage records
     left out), dated by ``_blowup_onset``; a run that starts blown up is dated from its first record.
-    ``floor``: an absolute size the blown-up records must also reach."""
+    ``floor``: an absolute size the blown-up records must also reach. ``loss``: the run's loss, given
+    for a grad norm of a run that is not RL: blown-up records that open the log while the loss falls
+    by over 10 % are start-up, and records no higher than its early level (``_within_early_level``)
+    are not out of its range."""
     full = series.abs() if rl else series
     if rl:
         series = _zero_advantage_masked(series.abs(), cfg)
@@ -277,9 +315,20 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
         return None
     med = float(np.median(vals[ok]))
     big = np.flatnonzero(ok & (vals >= max(cfg.grad_blowup_factor * med, floor)))
+    steps = series.index.to_numpy()
+    if loss is not None and big.size and big[0] == np.flatnonzero(ok)[0]:
+        # large norms in the first records while the loss falls fast are the start of training
+        # (the model far from any minimum), not a blow-up: they are passed over
+        lead = int(np.argmax(np.diff(np.append(big, -1)) != 1)) + 1
+        lo = loss[np.isfinite(loss.to_numpy())]
+        during = lo[(lo.index >= steps[big[0]]) & (lo.index <= steps[big[lead - 1]])]
+        after = lo[lo.index > steps[big[lead - 1]]].head(lead)
+        if len(during) and len(after) and float(after.median()) < float(during.iloc[0]) * 0.9:
+            big = big[lead:]
+    if loss is not None:  # records no higher than the norm's early level are not out of its range
+        big = np.array([b for b in big if not _within_early_level(vals, b, float(vals[b]))], dtype=int)
     if big.size < 2:
         return None
-    steps = series.index.to_numpy()
     first = int(steps[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
     top = int(big[int(np.argmax(vals[big]))])
     recs = pd.Series(vals[ok], index=steps[ok])
@@ -325,7 +374,8 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         found = detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,
                                          loss[1] if loss is not None else None)
         if kind == "grad" and not any(f.severity == CRITICAL for f in found):
-            hit = _repeated_blowup(name, run.get(name), cfg, rl, "grad_blowup", name)
+            hit = _repeated_blowup(name, run.get(name), cfg, rl, "grad_blowup", name,
+                                   loss=loss[1] if loss is not None else None)
             if hit is not None:
                 found.append(hit)
         if kind == "loss":

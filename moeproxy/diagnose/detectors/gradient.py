@@ -23,18 +23,21 @@ from moeproxy.diagnose.rules import declare
 RULES = declare(VANISHING_GRADIENT, {
     "grad_norm_vanished": "grad norm ~0 for the rest of the run",
     "scattered_zero_grad": "grad norm ~0 on scattered GRPO steps (a note: normal)",
-    "lr_zero": "learning rate 0 after being positive",
+    "lr_zero": "learning rate 0 after being positive (not a schedule that decayed to 0)",
     "grad_norm_zero_throughout": "grad norm exactly 0 in every record and the loss never moves: no update was ever applied",
     "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
     "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
+    "reward_at_floor": "an RL reward exactly at its lowest value on nearly every record, to the end: nothing is learned",
     "loss_never_moved": "a training loss that never left a narrow band from the run's start: the run never learned",
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
 }, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
                "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
+               "lr_zero": ("vanishing_min_records", "lr_decayed_share"),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
-               "updates_empty": ("empty_update_share", "vanishing_min_records")})
+               "updates_empty": ("empty_update_share", "vanishing_min_records"),
+               "reward_at_floor": ("empty_update_share", "vanishing_min_records")})
 
 
 def _tail_run(mask: np.ndarray) -> int:
@@ -87,9 +90,10 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
         if pos.size:
             after = vals.iloc[pos[0]:]
             zero_run = _tail_run(after.to_numpy() == 0)
-            if zero_run >= cfg.vanishing_min_records:
+            last = after.iloc[: len(after) - zero_run]  # at least the first positive record
+            decayed = float(last.iloc[-1]) <= cfg.lr_decayed_share * float(last.max())
+            if zero_run >= cfg.vanishing_min_records and not decayed:  # a schedule that decayed to 0 ended
                 onset = int(after.index[len(after) - zero_run])
-                last = after[after.index < onset]  # at least the first positive record
                 out.append(Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "lr_zero",
                                    f"{name} is exactly 0 from step {onset} to the end, after "
                                    f"{ev.rec(last, last.index[-1])}"))
@@ -167,32 +171,52 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
 
 
 def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
-    """LABELS.md "every GRPO group's rewards equal on every step": in an RL run, a policy loss of
-    exactly 0 (an update with no advantage to follow) on at least ``empty_update_share`` of the
-    records, with the reward stuck at its lowest value (most groups score nothing; a run whose
-    groups all score full marks has converged instead). Scattered zeros are normal."""
-    loss = run.resolve("loss")
-    if not run.is_rl or loss is None:
+    """LABELS.md "every GRPO group's rewards equal on every step", read in an RL run two ways:
+
+    - a policy loss of exactly 0 (an update with no advantage to follow) on at least
+      ``empty_update_share`` of the records, with the reward stuck at its lowest value (most groups
+      score nothing; a run whose groups all score full marks has converged instead);
+    - the mean reward at exactly its lowest value on at least ``empty_update_share`` of the records
+      of each quarter of the run (every sample of every group scored the floor: no advantage, no
+      update). A reward at one value in every record may never have been computed (LABELS.md "Data
+      before signals") and is left alone.
+    Scattered zeros are normal."""
+    if not run.is_rl:
         return []
-    name, s = loss
-    v = s[np.isfinite(s.to_numpy())].to_numpy(dtype=float)
-    if v.size < cfg.vanishing_min_records:
+    loss, reward = run.resolve("loss"), run.resolve("reward_mean")
+    if loss is not None:
+        name, s = loss
+        v = s[np.isfinite(s.to_numpy())].to_numpy(dtype=float)
+        share = float(np.mean(v == 0)) if v.size >= cfg.vanishing_min_records else 0.0
+        if share >= cfg.empty_update_share:
+            why = ""
+            if reward is not None:
+                r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
+                if r.size and float(np.median(r)) > float(r.min()) + 0.1 * (float(r.max()) - float(r.min())):
+                    return []
+                low = ev.extreme(reward[1], direction=-1)
+                why = f"; {reward[0]} sits at its lowest value ({fmt(low[1])}, first logged at step {low[0]}) on most records"
+            first = int(s.index[0])
+            return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
+                            f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the "
+                            f"groups' rewards are all equal, so no update has anything to learn from")]
+    if reward is None:
         return []
-    share = float(np.mean(v == 0))
-    if share < cfg.empty_update_share:
+    name, s = reward
+    s = s[np.isfinite(s.to_numpy())]
+    r = s.to_numpy(dtype=float)
+    if r.size < 2 * cfg.vanishing_min_records or r.min() == r.max():
         return []
-    reward = run.resolve("reward_mean")
-    why = ""
-    if reward is not None:
-        r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
-        if r.size and float(np.median(r)) > float(r.min()) + 0.1 * (float(r.max()) - float(r.min())):
-            return []
-        low = ev.extreme(reward[1], direction=-1)
-        why = f"; {reward[0]} sits at its lowest value ({fmt(low[1])}, first logged at step {low[0]}) on most records"
+    floor = r == r.min()
+    q = quarter_count(r.size)
+    shares = [float(part.mean()) for part in np.array_split(floor, 4)]
+    if min(shares) < cfg.empty_update_share:  # in every quarter: a reward that rose for a while and fell back collapsed
+        return []
     first = int(s.index[0])
-    return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
-                    f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the groups' "
-                    f"rewards are all equal, so no update has anything to learn from")]
+    return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "reward_at_floor",
+                    f"{name} is exactly its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
+                    f"records from step {first} (last {q}: {int(floor[-q:].sum())}): every sample of the groups "
+                    f"scored the same, so no update has anything to learn from")]
 
 
 def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:

@@ -1,0 +1,96 @@
+"""Readings of shared/LABELS.md that a careful engineer makes on sight, each on a made-up run: a spike
+that came back is not a divergence however tall, a rise must matter on the scale the metric ran at,
+a schedule that decays to 0 is not a vanishing gradient, and a reward pinned at its floor in every
+quarter of an RL run is "every GRPO group's rewards equal on every step"."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose import diagnose_series
+
+
+def _noise(n, seed=0, width=0.05):
+    return np.exp(np.random.default_rng(seed).normal(0, width, n))
+
+
+def _rules(result):
+    return {(f["rule"], f["severity"]) for f in result["findings"]}
+
+
+def test_a_150x_grad_spike_that_comes_back_is_not_a_divergence_but_one_that_ends_the_log_is():
+    n = 120
+    loss = 2.0 - 0.005 * np.arange(n) + np.random.default_rng(1).normal(0, 0.01, n)
+    grad = 0.12 * _noise(n)
+    grad[80] = 19.0  # 150x, back at the next record
+    res = diagnose_series({"loss": loss, "grad_norm": grad})
+    assert res["verdict"] == "healthy"
+    assert ("large_spike", "warning") in _rules(res)
+    # the same spike as the last record: it never had the chance to come back
+    res = diagnose_series({"loss": loss[:81], "grad_norm": grad[:81]})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 80
+    assert ("huge_spike", "critical") in _rules(res)
+
+
+def test_a_memorised_loss_rising_from_1e_5_to_7e_5_has_not_left_its_range():
+    n = 200
+    fitted = 5.0 * np.exp(-np.arange(150) / 12.0) + 1e-5
+    loss = np.r_[fitted, 7e-5 * _noise(50, seed=2)]  # x6 its best, but 1e-5 of where it started
+    res = diagnose_series({"loss": loss})
+    assert res["verdict"] == "healthy", res["findings"]
+    # a loss that climbs back far on its own scale still diverged
+    loss = np.r_[2.0 - 0.01 * np.arange(100), 3.0 * _noise(100, seed=3)]
+    res = diagnose_series({"loss": loss})
+    assert res["verdict"] == "divergence" and 99 <= res["onset_step"] <= 101
+
+
+def test_grad_norm_running_back_to_its_early_level_for_a_few_records_is_an_excursion():
+    n = 300
+    grad = np.r_[27.0 * _noise(100, seed=4), 0.01 * _noise(200, seed=5)]  # fits its data: norms shrink
+    grad[250:254] = [13.8, 14.6, 12.0, 11.0]                              # back to below 27, then down
+    loss = np.r_[np.linspace(1.0, 0.2, 100), 1e-3 * _noise(200, seed=6)]
+    res = diagnose_series({"loss": loss, "grad_norm": grad})
+    assert res["verdict"] == "healthy", res["findings"]
+    assert ("grad_excursion", "warning") in _rules(res)
+    # the same excursion to 30x the early level is a blow-up
+    grad[250:254] = 800.0
+    assert diagnose_series({"loss": loss, "grad_norm": grad})["verdict"] == "divergence"
+
+
+def test_large_grad_norms_in_the_first_records_while_the_loss_falls_fast_are_start_up():
+    n = 100
+    grad = 2.0 * _noise(n, seed=7)
+    grad[:4] = [480.0, 476.0, 478.0, 276.0]
+    loss = np.r_[[5.0, 4.9, 3.9, 2.4], 1.0 - 0.002 * np.arange(n - 4)]
+    assert diagnose_series({"loss": loss, "grad_norm": grad})["verdict"] == "healthy"
+    # the same norms later in the run, with the loss not falling over them, blew up repeatedly
+    grad = 2.0 * _noise(n, seed=7)
+    grad[50:53] = 480.0
+    loss = 1.0 - 0.002 * np.arange(n)
+    assert diagnose_series({"loss": loss, "grad_norm": grad})["verdict"] == "divergence"
+
+
+def test_a_learning_rate_that_decayed_to_0_is_the_schedule_ending_but_one_cut_to_0_is_not():
+    n = 60
+    loss = 2.0 - 0.01 * np.arange(n)
+    decayed = np.r_[1e-5 * np.cos(np.linspace(0, np.pi / 2, 50)) ** 2 + 1e-8, np.zeros(10)]
+    assert diagnose_series({"loss": loss, "lr": decayed})["verdict"] == "healthy"
+    cut = np.r_[np.full(50, 1e-5), np.zeros(10)]
+    res = diagnose_series({"loss": loss, "lr": cut})
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 50
+
+
+def test_a_grpo_reward_pinned_at_its_floor_in_every_quarter_never_learns():
+    rng = np.random.default_rng(8)
+    n = 60
+    reward = np.full(n, -0.10)
+    reward[[13, 14, 24, 36, 51]] = 0.17              # a lucky group now and then
+    loss = np.where(reward > 0, rng.normal(0, 0.01, n), rng.uniform(0, 2e-4, n))
+    res = diagnose_series({"loss": loss, "reward_mean": reward})
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 0
+    assert ("reward_at_floor", "critical") in _rules(res)
+    # a reward that learned for a while in the middle and fell back is not "never learned"
+    reward[20:40] = np.where(rng.random(20) < 0.5, 0.17, -0.10)
+    assert ("reward_at_floor", "critical") not in _rules(diagnose_series({"loss": loss, "reward_mean": reward}))
+    # one value in every record may never have been computed: no evidence
+    assert diagnose_series({"loss": loss, "reward_mean": np.full(n, -0.10)})["verdict"] != "vanishing_gradient"
