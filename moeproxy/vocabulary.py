@@ -15,7 +15,7 @@ from __future__ import annotations
 
 CANONICAL = (
     "loss", "grad_norm", "lr", "loss_scale", "skipped_iters", "nan_iters", "policy_entropy", "kl",
-    "ppo_kl", "clipfrac", "reward_mean", "response_length_mean", "response_length_max", "truncation_rate",
+    "ppo_kl", "clipfrac", "reward_mean", "reward_std", "zero_std_share", "response_length_mean", "response_length_max", "truncation_rate",
     "logprob_diff_mean", "logprob_diff_max", "is_ratio_mean", "routing_entropy", "load_imbalance",
     "aux_loss", "step_time",
 )
@@ -34,7 +34,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "lr", "learning rate", "learning-rate", "learning_rate", "actor/lr", "actor_lr", "train/lr",
         "train/lr-pg_0",
     ),
-    "loss_scale": ("loss scale", "loss_scale", "loss-scale", "scaler/scale"),
+    "loss_scale": ("loss scale", "loss_scale", "loss-scale", "scaler/scale",
+                   "using dynamic loss scale of"),  # NVIDIA apex amp's line
     "skipped_iters": ("number of skipped iterations", "skipped_iters", "skipped_steps", "skipped iterations"),
     "nan_iters": ("number of nan iterations", "nan_iters", "nan iterations"),
     "policy_entropy": (
@@ -57,6 +58,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward", "env/all/reward/total",
         "reward_avg",
     ),
+    "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
+    "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal
     "response_length_mean": (
         "response_length/mean", "completions/mean_length", "rollout/response_length_mean",
         "response_length", "mean_gen_tokens_per_sample", "rollout/response_lengths",

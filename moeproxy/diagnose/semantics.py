@@ -137,7 +137,10 @@ def startup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
     if values[0] < cfg.startup_min_scale:
         return None  # halvings that start from a small scale are overflows, not the initial search
     end = None
+    gap = run.step_gap
     for i in range(len(values)):
+        if i > 0 and steps[i] - steps[i - 1] > 2 * gap:
+            break  # a scale printed only when it changes, after a pause: it held, the search was over
         decreased = i > 0 and values[i] < values[i - 1]
         will_decrease = i == 0 and len(values) > 1 and values[1] < values[0]
         skip = bool(skipped is not None and steps[i] in skipped.index and skipped.loc[steps[i]] > 0)

@@ -68,18 +68,24 @@ def lasting(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == CRITICAL and f.onset_step is not None]
 
 
-def candidates(findings: list[Finding]) -> list[Finding]:
+def candidates(findings: list[Finding], tie: float = 0.0) -> list[Finding]:
     """The lasting findings that compete for the root cause: those of the main categories; the
     secondary ones (a length change, a vanished gradient) only when no main category lasted (a
-    response length that runs away or collapses is how a reward collapse or a blow-up shows)."""
+    response length that runs away or collapses is how a reward collapse or a blow-up shows), or,
+    for a rule that reads a run that never learned (``Rule.never_learned``), when it starts before
+    every main one by more than ``tie`` (LABELS.md: the earliest lasting anomaly is the root cause)."""
     pool = lasting(findings)
     main = [f for f in pool if f.category in MAIN_CATEGORIES]
-    return main or pool
+    if not main:
+        return pool
+    first = min(f.onset_step for f in main)
+    return main + [f for f in pool if f.category not in MAIN_CATEGORIES and f.onset_step < first - tie
+                   and rule_of(f.rule, f.category).never_learned]
 
 
 def causal_choice(findings: list[Finding], tie: float) -> Finding | None:
     """The root-cause finding by LABELS.md's order, or None (healthy)."""
-    pool = candidates(findings)
+    pool = candidates(findings, tie)
     if not pool:
         return None
     first = min(f.onset_step for f in pool)
@@ -97,7 +103,7 @@ def alternatives(findings: list[Finding], cause: Finding | None, tie: float) -> 
     verdict = label_of(cause.category)
     decisive = rule_of(cause.rule, cause.category).decisive
     out: dict[str, dict] = {}
-    for f in sorted(candidates(findings), key=lambda f: f.onset_step):
+    for f in sorted(candidates(findings, tie), key=lambda f: f.onset_step):
         label = label_of(f.category)
         if label == verdict or label in out or f.onset_step - cause.onset_step > tie:
             continue

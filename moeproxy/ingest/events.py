@@ -5,6 +5,10 @@ step counter of their own.
 - fairseq: ``| WARNING: overflow detected, setting loss scale to: 0.25``
 - apex amp / Megatron's old scaler: ``Gradient overflow.  Skipping step, loss scaler 0 reducing
   loss scale to 16384.0``
+- a training script's own guard: ``Warning: Gradient norm too large: 3680.00, skipping update`` (the
+  grad norm it refused is kept as ``grad_norm``)
+- apex's older dynamic scaler: ``Grad overflow on iteration 8`` (the scale it falls to follows on a
+  line of its own: ``Using dynamic loss scale of 4096.0``)
 
 Each is one skipped update. Readers store it at the step being attempted (the last logged step + 1,
 or the step a tqdm bar on the same line shows + 1) as ``deepspeed/overflow`` = 1 with the scale it
@@ -29,19 +33,27 @@ REDUCED_ONLY = re.compile(
     re.IGNORECASE,
 )
 TQDM_DONE = re.compile(r"\|\s*(\d+)/\d+\s*\[")
+SKIPPED_UPDATE = re.compile(r"\bskipping (?:the )?(?:update|step|optimizer step)\b", re.IGNORECASE)
+REFUSED_NORM = re.compile(r"grad(?:ient)?[ _]?norm[^:\d\n]{0,20}:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))",
+                          re.IGNORECASE)
+ON_ITERATION = re.compile(r"grad(?:ient)? overflow on iteration\s*(\d+)", re.IGNORECASE)
 
 
 def overflow_record(line: str) -> dict[str, float] | None:
     """The record of an overflow event line, or None when the line is not one."""
     if "verflow" not in line and "VERFLOW" not in line:
-        return None
+        if "kipping" not in line or not SKIPPED_UPDATE.search(line):
+            return None
+        norm = REFUSED_NORM.search(line)
+        value = parse_number(norm.group(1)) if norm else None
+        return {"deepspeed/overflow": 1.0} | ({"grad_norm": value} if value is not None else {})
     m = DEEPSPEED.search(line)
     if m:
         attempted, reduced = parse_number(m.group(1)), parse_number(m.group(2))
     else:
         m = REDUCED_ONLY.search(line)
         if not m:
-            return None
+            return {"deepspeed/overflow": 1.0} if ON_ITERATION.search(line) else None
         attempted, reduced = None, parse_number(m.group(1))
     record = {"deepspeed/overflow": 1.0}
     if attempted is not None:
@@ -52,6 +64,10 @@ def overflow_record(line: str) -> dict[str, float] | None:
 
 
 def bar_step(line: str) -> int | None:
-    """The step a tqdm bar on the event's line has completed (``378/2724 [``), or None."""
+    """The step a tqdm bar on the event's line has completed (``378/2724 [``), or the updates done
+    before the iteration an apex line names, or None."""
     m = TQDM_DONE.search(line)
+    if m:
+        return int(m.group(1))
+    m = ON_ITERATION.search(line)  # iteration N (from 0) is attempted after N updates are done
     return int(m.group(1)) if m else None

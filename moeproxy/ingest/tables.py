@@ -122,6 +122,11 @@ def _blocks(lines: list[str]) -> list[_Block]:
             cells = _split(lines[j], numeric_row=not piped)
             if not piped and len(cells) != len(header):
                 cells = _split(lines[j], numeric_row=False)
+            if not piped and 2 <= len(cells) < len(header):
+                cells = cells + [""] * (len(header) - len(cells))  # the last cells left empty
+            if (len(cells) == len(header) > 2 and cells[-1] and _arm_values(cells[-1]) is None
+                    and _is_numeric_row(cells[:-1], allow_first_text=True)):
+                cells = cells[:-1] + [""]  # a trailing free-text column (``<<< SPIKE``): notes, not values
             if len(cells) != len(header) or not _is_numeric_row(cells, allow_first_text=True):
                 break
             rows.append(cells)

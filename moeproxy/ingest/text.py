@@ -30,7 +30,8 @@ STEP = re.compile(
     r"(?:\s*/\s*\d+)?(?![\w.])",
     re.IGNORECASE,
 )
-TQDM = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
+# a tqdm bar: ``| 5/300 [`` or, drawn without its bar (no terminal), ``  1% 1/184 [``
+TQDM = re.compile(r"(?:\||\d%)\s*(\d+)/(\d+)\s*\[")
 # mmengine (xtuner, mmdet): ``Epoch(train) [2][200/735]`` (epoch, iteration in it) or ``Iter(train) [240/3000]``
 MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s*\])?\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 # a progress fraction in brackets, ``(7000/293491)`` or ``[240/3000]``, is the step where no named
@@ -247,6 +248,7 @@ def _counter(pattern: re.Pattern, line: str) -> tuple[int, str] | None:
 
 
 STEPPED, BY_EPOCH, INDEXLESS, EVENT = range(4)
+SCALE_AFTER_EVENT = re.compile(r"^\s*using dynamic loss scale of\s*(\d+(?:\.\d*)?)\s*$", re.IGNORECASE)
 
 
 def parse_text(src: SourceFile) -> ParsedLog:
@@ -266,6 +268,10 @@ def parse_text(src: SourceFile) -> ParsedLog:
         event = overflow_record(line)
         if event is not None:
             entries.append((EVENT, bar_step(line), rank_of(raw), event))
+            continue
+        scale = SCALE_AFTER_EVENT.search(line)
+        if scale and entries and entries[-1][0] == EVENT:  # apex prints the new scale on the next line
+            entries[-1][3]["deepspeed/reduced_loss_scale"] = float(scale.group(1))
             continue
         hit = find_step(line)
         if hit is not None:
@@ -335,6 +341,8 @@ def sniff_text(src: SourceFile) -> float:
             with_step += 1
         if with_step >= LOOK_PAST_RECORDS:  # the answer cannot change: the other lines need no reading
             break
+    if with_step < LOOK_PAST_RECORDS and sum(1 for raw in lines if overflow_record(raw)) >= LOOK_PAST_RECORDS:
+        return 0.3  # a storm of skipped-update lines (a scaler's or a script's own): events are records
     if with_step >= LOOK_PAST_RECORDS:
         return 0.4  # many counted records: a pasted table or key=value config before them is preamble
     if with_step:

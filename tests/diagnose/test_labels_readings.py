@@ -94,3 +94,47 @@ def test_a_grpo_reward_pinned_at_its_floor_in_every_quarter_never_learns():
     assert ("reward_at_floor", "critical") not in _rules(diagnose_series({"loss": loss, "reward_mean": reward}))
     # one value in every record may never have been computed: no evidence
     assert diagnose_series({"loss": loss, "reward_mean": np.full(n, -0.10)})["verdict"] != "vanishing_gradient"
+
+
+def test_groups_all_equal_on_nearly_every_step_never_learn_even_beside_a_later_grad_excursion():
+    rng = np.random.default_rng(9)
+    n = 72
+    varied = np.zeros(n, bool)
+    varied[[3, 5, 7, 10, 12, 13, 24, 26, 54, 66]] = True   # a few steps where some group differed
+    zero_std = np.where(varied, 0.875, 1.0)
+    reward = np.where(varied, -0.125, 0.0)
+    grad = np.where(varied, rng.uniform(0.1, 0.3, n), rng.uniform(1e-6, 1e-3, n))
+    loss = np.where(varied, rng.normal(0, 0.01, n), 0.0)
+    series = {"loss": loss, "reward_mean": reward, "grad_norm": grad, "zero_std_share": zero_std,
+              "reward_std": np.where(varied, 0.2, 0.0)}
+    res = diagnose_series(series)
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 0, res["findings"][:2]
+    assert ("groups_all_equal", "critical") in _rules(res)
+    # a reward that collapsed (and then every group scores 0) is a collapse, not a run that never learned
+    falling = np.r_[np.full(12, 0.6), np.zeros(n - 12)]
+    collapsed = dict(series, reward_mean=falling, zero_std_share=np.r_[np.full(12, 0.5), np.ones(n - 12)])
+    assert ("groups_all_equal", "critical") not in _rules(diagnose_series(collapsed))
+
+
+def test_an_evaluation_loss_printed_unchanged_while_the_training_loss_falls_is_stale_not_frozen():
+    n = 20
+    loss = 3.66 * np.exp(-np.arange(n) / 8.0) + 2.4
+    res = diagnose_series({"loss": loss, "val_loss": np.full(n, 4.2905)})
+    assert res["verdict"] == "healthy", res["findings"]
+    # the same repetition with the training loss stuck too: the weights stopped changing
+    res = diagnose_series({"loss": 4.29 + np.random.default_rng(1).normal(0, 1e-3, n),
+                           "val_loss": np.full(n, 4.2905)})
+    assert res["verdict"] == "vanishing_gradient"
+
+
+def test_a_kl_to_the_reference_that_spikes_once_and_settles_low_is_not_a_divergence():
+    rng = np.random.default_rng(10)
+    n = 250
+    kl = np.r_[np.full(75, 0.001), np.linspace(0.002, 0.08, n - 75)] * np.exp(rng.normal(0, 0.2, n))
+    kl[205] = 0.935
+    reward = np.linspace(0.2, 1.6, n) + rng.normal(0, 0.1, n)
+    res = diagnose_series({"kl": kl, "reward_mean": reward, "loss": rng.normal(0, 0.02, n)})
+    assert "divergence" != res["verdict"], res["findings"][:2]
+    # the same rise that goes on to settle high (0.5) did run away from the reference
+    kl[150:] = 0.5 * np.exp(rng.normal(0, 0.1, n - 150))
+    assert diagnose_series({"kl": kl, "reward_mean": reward, "loss": rng.normal(0, 0.02, n)})["verdict"] == "divergence"

@@ -28,16 +28,19 @@ RULES = declare(VANISHING_GRADIENT, {
     "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
     "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
     "reward_at_floor": "an RL reward exactly at its lowest value on nearly every record, to the end: nothing is learned",
+    "groups_all_equal": "the groups' reward std 0 on nearly every record and the reward level: nothing is learned",
     "loss_never_moved": "a training loss that never left a narrow band from the run's start: the run never learned",
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
-}, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
+}, never_learned=("updates_empty", "reward_at_floor", "groups_all_equal"),
+   thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
                "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
                "lr_zero": ("vanishing_min_records", "lr_decayed_share"),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
                "updates_empty": ("empty_update_share", "vanishing_min_records"),
-               "reward_at_floor": ("empty_update_share", "vanishing_min_records")})
+               "reward_at_floor": ("empty_update_share", "vanishing_min_records"),
+               "groups_all_equal": ("empty_update_share", "vanishing_min_records")})
 
 
 def _tail_run(mask: np.ndarray) -> int:
@@ -161,6 +164,8 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         if _digits(v[-1]) < cfg.min_digits:  # ``2.31`` printed five times can repeat by chance
             continue
         began = int(s.index[v.size - n_same])
+        if train is not None and name != train[0] and _improved(train[1][train[1].index >= began], s.index[-1]):
+            continue  # an evaluation loss repeated while the training loss improves: printed stale, not frozen
         never = train is not None and not _improved(train[1], began)
         onset = int(train[1].index[0]) if never else began
         why = (f"; {train[0]} never fell below its first records' level, so the run never learned"
@@ -188,20 +193,21 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         name, s = loss
         v = s[np.isfinite(s.to_numpy())].to_numpy(dtype=float)
         share = float(np.mean(v == 0)) if v.size >= cfg.vanishing_min_records else 0.0
-        if share >= cfg.empty_update_share:
+        r = (reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float) if reward is not None
+             else np.array([]))
+        at_top = r.size and float(np.median(r)) > float(r.min()) + 0.1 * (float(r.max()) - float(r.min()))
+        if share >= cfg.empty_update_share and not at_top:
             why = ""
             if reward is not None:
-                r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
-                if r.size and float(np.median(r)) > float(r.min()) + 0.1 * (float(r.max()) - float(r.min())):
-                    return []
                 low = ev.extreme(reward[1], direction=-1)
                 why = f"; {reward[0]} sits at its lowest value ({fmt(low[1])}, first logged at step {low[0]}) on most records"
             first = int(s.index[0])
             return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
                             f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the "
                             f"groups' rewards are all equal, so no update has anything to learn from")]
-    if reward is None:
-        return []
+    hit = _groups_all_equal(run, cfg)
+    if hit is not None or reward is None:
+        return [hit] if hit is not None else []
     name, s = reward
     s = s[np.isfinite(s.to_numpy())]
     r = s.to_numpy(dtype=float)
@@ -217,6 +223,39 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     f"{name} is exactly its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
                     f"records from step {first} (last {q}: {int(floor[-q:].sum())}): every sample of the groups "
                     f"scored the same, so no update has anything to learn from")]
+
+
+def _groups_all_equal(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md "every GRPO group's rewards equal on every step", read where the trainer logs it:
+    the groups' reward std exactly 0 (or the share of zero-std groups exactly 1) on at least
+    ``empty_update_share`` of the records overall and of the last quarter, while the reward stays
+    level (its last quarter's median within 10 % of its range of its first quarter's)."""
+    for canonical, empty in (("zero_std_share", lambda v: v >= 1.0), ("reward_std", lambda v: v == 0.0)):
+        found = run.resolve(canonical)
+        if found is None:
+            continue
+        name, s = found
+        s = s[np.isfinite(s.to_numpy())]
+        v = s.to_numpy(dtype=float)
+        if v.size < 2 * cfg.vanishing_min_records or v.min() == v.max():
+            continue  # one value in every record may never have been computed
+        equal = empty(v)
+        q = quarter_count(v.size)
+        if equal.mean() < cfg.empty_update_share or equal[-q:].mean() < cfg.empty_update_share:
+            continue
+        reward = run.resolve("reward_mean")
+        if reward is not None:
+            r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
+            k = quarter_count(r.size)
+            moved = float(np.median(r[-k:])) - float(np.median(r[:k])) if r.size >= 4 else 0.0
+            if abs(moved) > 0.1 * (float(r.max()) - float(r.min())):
+                continue  # a reward that rose learned; one that fell collapsed (its groups then all score 0)
+        first = int(s.index[0])
+        return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "groups_all_equal",
+                       f"{name} says every group's rewards were equal on {int(equal.sum())} of {v.size} records "
+                       f"from step {first} (last {q}: {int(equal[-q:].sum())}), and the reward did not improve: "
+                       f"no update has anything to learn from")
+    return None
 
 
 def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:

@@ -48,6 +48,8 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         shift = sustained_shift(s, +1, factor=cfg.kl_factor, z=cfg.robust_z, min_history=cfg.min_history)
         if shift is None or shift.peak < floor:
             continue
+        if canonical == "kl" and float(np.median(s[s.index >= shift.onset_step].to_numpy())) < floor:
+            continue  # LABELS.md: a KL to the reference that rises slowly and settles low (a spike is not its level)
         base = ev.baseline(s, shift, positive=True)
         level = ev.median_of(base, ev.baseline(s, shift))
         out.append(Finding(DIVERGENCE, shift.onset_step, CRITICAL, name, "kl_rise",

@@ -190,6 +190,27 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
 
 
 
+def _search_events_end(run: RunSeries, events, cfg: DiagnoseConfig) -> float:
+    """Where no loss scale is logged on the step lines: the overflow events that open the run on
+    consecutive steps, the scale they fell to (where printed) still at ``startup_min_scale`` or more,
+    and then a pause are the scaler's start-up search (LABELS.md: "the scale halves a few times,
+    then holds"). The last step of that search, or -inf when there is none."""
+    steps = events[events > 0].index.to_numpy()
+    if not steps.size or steps[0] > run.first_step + run.step_gap:
+        return float("-inf")
+    k = 0
+    while k + 1 < steps.size and steps[k + 1] - steps[k] <= run.step_gap:
+        k += 1
+    if k + 1 == steps.size:  # skipping on every step to the end: no search, a storm from the start
+        return float("-inf")
+    scale = run.get("deepspeed/reduced_loss_scale")
+    if scale is not None:
+        during = scale[(scale.index >= steps[0]) & (scale.index <= steps[k])].dropna()
+        if len(during) and float(during.min()) < cfg.startup_min_scale:
+            return float("-inf")
+    return float(steps[k])
+
+
 def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) -> list[Finding]:
     """An overflow storm: DeepSpeed's ``OVERFLOW! ... Skipping step`` (or a skipped-iterations count)
     on ``storm_records`` or more consecutive logged iterations after the start-up search. fp16
@@ -202,6 +223,11 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
         s = s.dropna()
         if start_end is not None:
             s = s[s.index > start_end]
+        elif name == "deepspeed/overflow":
+            search_end = _search_events_end(run, s, cfg)
+            s = s[s.index > search_end]
+            if search_end == float("-inf"):
+                start_end = -1  # no start-up search: say nothing about one
         flags = s.to_numpy() > 0
         steps = s.index.to_numpy()
         k = 0
@@ -216,7 +242,8 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
             if count >= cfg.storm_records:
                 return [Finding(OVERFLOW, int(steps[k]), CRITICAL, name, "overflow_storm",
                                 f"{name}: {count} of the {j - k + 1} logged iterations over steps {int(steps[k])}-"
-                                f"{int(steps[j])} were skipped for overflow (after the start-up search)")]
+                                f"{int(steps[j])} were skipped for overflow"
+                                + (" (after the start-up search)" if start_end != -1 else ""))]
             k = j + 1
     return []
 
