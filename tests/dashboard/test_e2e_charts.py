@@ -37,11 +37,31 @@ def served(tmp_path_factory):
     ingest_paths(store, [pretrain], run="pretrain")
     for run in ("rl-run", "rl-proxy", "rl-other", "pretrain"):
         diagnose_and_record(store, run)
+    store.set_tags("rl-other", ["baseline"])
+    _timed_run(store)
     empty_demo = tmp / "no-demo"
     empty_demo.mkdir()
     env = app_env(MOEPROXY_DEMO_DIR=str(empty_demo), MOEPROXY_JOBS=str(tmp / "jobs"), MOEPROXY_ALLOWED_ROOTS=str(tmp))
     with dashboard_server(db, tmp, env) as url:
         yield {"url": url, "db": db, "tmp": tmp}
+
+
+def _timed_run(store: Store) -> None:
+    """A run whose records carry wall times (as TensorBoard's do), written straight into the store."""
+    import numpy as np
+    import pandas as pd
+
+    steps = np.arange(1, 101)
+    frame = pd.DataFrame({"metric": ["loss"] * 100 + ["grad_norm"] * 100, "step": np.r_[steps, steps],
+                          "value": np.r_[2.0 - steps / 200, 1.0 + 0 * steps], "attempt": 0, "rank": -1,
+                          "wall_time": np.r_[1.7e9 + 30.0 * steps, 1.7e9 + 30.0 * steps]})
+    with store.write() as tx:
+        run_id = tx.ensure_run("timed-run", "other", None, "test", "synthetic")
+        source_id = tx.add_source(run_id, {"path": "timed", "sha256": "sha-timed", "format": "synthetic",
+                                           "framework": "test", "rows": 200, "steps": 100, "metrics": 2,
+                                           "nonfinite": 0, "attempts": 1, "skipped_lines": 0, "step_from_index": False})
+        tx.add_metric_names(run_id, {"loss": "loss", "grad_norm": "grad_norm"})
+        tx.add_scalars(run_id, source_id, frame)
 
 
 def _layout(page) -> dict:
@@ -222,3 +242,39 @@ def test_hover_spans_panels_zoom_keeps_points_log_toggles_per_panel_filters_and_
         wait_for_app(page)
         sync_api.expect(page.get_by_text("holds a config but no weights")).to_be_visible()
         sync_api.expect(page.locator(".st-key-start_build button")).to_be_disabled()
+
+
+def test_evidence_quotes_logged_values_tags_filter_the_runs_and_wall_time_is_an_x_axis(served):
+    store = Store(served["db"])
+    with browser_page(1440, 900) as page:
+        page.goto(f"{served['url']}/triage?run=rl-run")
+        wait_for_app(page)
+        banner = page.locator(".st-key-verdict_banner")
+        sync_api.expect(banner).to_contain_text("divergence")
+        text = banner.inner_text()
+        metric = next(f["metric"] for f in store.findings("rl-run")["findings"] if f["severity"] == "critical")
+        quoted = re.findall(r"([-+]?\d[\d.e+-]*) at step (\d+)", text.replace(",", ""))
+        assert quoted, text
+        logged = store.series("rl-run", metric)
+        logged = dict(zip(logged["step"], logged["value"]))
+        for value, step in quoted:  # every "X at step S" is a record the log holds
+            assert int(step) in logged and logged[int(step)] == pytest.approx(float(value), rel=5e-3), (value, step)
+
+        page.goto(f"{served['url']}/runs")
+        wait_for_app(page)
+        tags = page.get_by_test_id("stMultiSelect").filter(has_text="Tags")
+        tags.locator("input").fill("baseline")
+        page.get_by_role("option", name="baseline", exact=True).click()
+        page.keyboard.press("Escape")
+        wait_for_app(page)
+        grid = page.get_by_test_id("stDataFrame")
+        grid.locator("[role=gridcell]", has_text="rl-other").first.wait_for(state="attached")
+        for other in ("rl-run", "pretrain", "timed-run"):
+            sync_api.expect(grid.locator("[role=gridcell]", has_text=other)).to_have_count(0)
+
+        page.goto(f"{served['url']}/triage?run=timed-run")
+        wait_for_app(page)
+        page.locator(".st-key-triage_x").get_by_text("wall time").click()
+        wait_for_app(page)
+        xaxis = page.evaluate(f"() => document.querySelector('{CHART}').layout.xaxis")
+        assert xaxis.get("type") == "date" or "wall" in str(xaxis.get("title", "")).lower(), xaxis

@@ -162,7 +162,13 @@ def test_a_run_turning_to_inf_raises_one_alert_shown_on_the_open_page_within_3_s
             writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log), "220"])
             marker = log.with_name("train.jsonl.marker")
             link = page.locator(".st-key-live_alerts").get_by_text(re.compile(r"inf-run: overflow from step 150"))
-            link.wait_for(timeout=60_000)
+            try:
+                link.wait_for(timeout=60_000)
+            except sync_api.TimeoutError:  # say what there was instead
+                shown_text = page.locator(".st-key-live_alerts").all_inner_texts()
+                written = alerts.read_text() if alerts.exists() else "(no alerts file)"
+                pytest.fail(f"no alert shown; sidebar: {shown_text!r}; alerts file: {written[:2000]!r}; "
+                            f"watcher running: {watcher.poll() is None}")
             shown = time.time()
             assert shown - float(marker.read_text()) < 3.0
             sync_api.expect(page).to_have_title(re.compile(r"\(1\) alert"))
