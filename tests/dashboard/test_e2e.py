@@ -103,9 +103,21 @@ def test_proxy_build_and_report(page, server):
     shoot(page, "05-proxy-plan")
     button.click()
     wait_for_app(page)
-    # the fragment polls every 2 s; the tiny checkpoint builds (and verifies) in well under 3 minutes
-    page.get_by_test_id("stMain").get_by_text("`succeeded`", exact=False).or_(
-        page.get_by_test_id("stMain").get_by_text("succeeded")).first.wait_for(timeout=240_000)
+    # the fragment polls every 2 s; the tiny checkpoint builds (and verifies) in well under 3 minutes.
+    # Meanwhile the progress text never reads "0/0" (it said "starting 0/0" for 10 s) and each stage
+    # counts its own steps (it numbered two log lines "[verify] 5/6")
+    done = page.get_by_test_id("stMain").get_by_text("`succeeded`", exact=False).or_(
+        page.get_by_test_id("stMain").get_by_text("succeeded")).first
+    texts: list[str] = []
+    deadline = time.monotonic() + 240
+    while not done.is_visible() and time.monotonic() < deadline:
+        texts += [t for t in page.get_by_test_id("stProgress").all_inner_texts() if t not in texts[-1:]]
+        page.wait_for_timeout(300)
+    done.wait_for(timeout=5_000)
+    assert texts and not [t for t in texts if re.search(r"\b0/0\b", t)], texts
+    counts = [re.search(r"^(.*?) (\d+)/(\d+)$", t.strip()) for t in texts]
+    for m in filter(None, counts):
+        assert int(m.group(2)) <= int(m.group(3)), texts
     wait_for_app(page)
     sync_api.expect(page.get_by_test_id("stMain").get_by_text("Proxy written to")).to_be_visible()
     shoot(page, "06-proxy-built")
