@@ -5,9 +5,11 @@ lines each, a mix of the shapes a team's job folder holds: verl JSONL (``{"step"
 {...}}``), flat JSON records, Megatron iteration lines and ``step N ... key=value`` text lines, a
 few metrics each. Then times ``moeproxy ingest DIR`` into a new DuckDB file in a fresh process
 (start-up included) and prints files, seconds, ms per file and values stored. A second ingest of
-the same directory (every file a duplicate) is timed too.
+the same directory (every file a duplicate) is timed too. With ``--watch``, ``moeproxy watch --once``
+then follows every job folder (one run per folder, as a watched job tree is laid out) into another
+new DuckDB file, and the values each store holds are counted side by side.
 
-    python bench/ingest_many.py [--files 20000] [--lines 20] [--dir /dev/shm]
+    python bench/ingest_many.py [--files 20000] [--lines 20] [--dir /dev/shm] [--watch]
 
 To time another checkout (a before and after), run it with ``--checkout PATH``: ``moeproxy`` then
 runs from that directory (``python -m moeproxy`` puts the working directory first on sys.path).
@@ -71,11 +73,29 @@ def time_ingest(checkout: Path, root: Path, db: Path) -> tuple[float, subprocess
     return time.perf_counter() - start, proc
 
 
+def time_watch(checkout: Path, root: Path, db: Path) -> tuple[float, subprocess.CompletedProcess]:
+    folders = sorted(str(p) for p in root.iterdir() if p.is_dir())
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "moeproxy", "watch", *folders, "--db", str(db), "--once"],
+                          cwd=checkout, capture_output=True, text=True)
+    return time.perf_counter() - start, proc
+
+
+def stored_values(db: Path) -> tuple[int, int]:
+    """(values, files) a store holds."""
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        return (con.execute("SELECT count(*) FROM scalars").fetchone()[0],
+                con.execute("SELECT count(*) FROM sources").fetchone()[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--lines", type=int, default=20)
     parser.add_argument("--dir", default=None, help="where the temporary folder goes (default: the system's)")
+    parser.add_argument("--watch", action="store_true", help="also time `watch --once` over every job folder")
     parser.add_argument("--checkout", default=str(Path(__file__).resolve().parents[1]),
                         help="the moeproxy checkout to time (default: this one)")
     args = parser.parse_args()
@@ -102,6 +122,16 @@ def main() -> None:
             skipped = sum(1 for r in result if r.get("skipped"))
             print(f"| {label} | {args.files:,} | {seconds:.1f} | {1000 * seconds / args.files:.2f} | "
                   f"{stored:,} | {duplicates:,} | {skipped:,} |")
+        if args.watch:
+            watched = Path(tmp) / "watched.duckdb"
+            seconds, proc = time_watch(checkout, root, watched)
+            if proc.returncode != 0:
+                print(f"watch --once failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-3:]}")
+                return
+            (iv, ifiles), (wv, wfiles) = stored_values(db), stored_values(watched)
+            print(f"\nwatch --once over {len(list(root.iterdir())):,} job folders: {seconds:.1f} s "
+                  f"({1000 * seconds / args.files:.2f} ms a file); files followed and stored: {wfiles:,} "
+                  f"(ingest: {ifiles:,}); values stored: {wv:,} (ingest: {iv:,})")
 
 
 if __name__ == "__main__":

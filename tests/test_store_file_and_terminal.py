@@ -34,12 +34,14 @@ def test_a_users_own_duckdb_file_is_never_changed(tmp_path):
     import hashlib
 
     before = hashlib.sha256(db.read_bytes()).hexdigest()
+    listing = sorted(p.name for p in tmp_path.iterdir())
     for args in (("runs", "--db", db), ("ingest", log, "--db", db), ("diagnose", "x", "--db", db),
                  ("export", "x", "--to", tmp_path / "x.csv", "--db", db), ("report", "x", "-o", tmp_path / "x.html", "--db", db),
-                 ("diagnose", log, "--db", db)):
+                 ("diagnose", log, "--db", db), ("watch", log, "--once", "--db", db)):
         rc, out = _cli(*args, cwd=tmp_path)
         assert rc == 2 and "not a moeproxy run database" in out and "Traceback" not in out, out
         assert hashlib.sha256(db.read_bytes()).hexdigest() == before, args
+        assert sorted(p.name for p in tmp_path.iterdir()) == listing, args  # nothing left beside it (no .watch-lock)
     con = duckdb.connect(str(db))
     assert con.execute("SELECT table_name FROM information_schema.tables").fetchall() == [("sales",)]
     assert con.execute("SELECT * FROM sales").fetchall() == [(1,)]

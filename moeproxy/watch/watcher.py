@@ -144,8 +144,10 @@ class Watcher:
                 except OSError as exc:
                     raise InputError(f"{self.store.path}: cannot create the run database's folder "
                                      f"({exc.strerror or exc})") from None
-            self.claims = Claims(self.store.path)
+            # the store is read (and a foreign or damaged file refused) before the claims file is
+            # made beside it: a refused store is left with nothing new next to it
             self.saved = {int(p["source_id"]): p for p in self.store.watch_positions()}
+            self.claims = Claims(self.store.path)
             self._scan()
             if self.elsewhere:
                 (key, pid), = list(self.elsewhere.items())[:1]
