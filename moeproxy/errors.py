@@ -9,6 +9,11 @@ class InputError(MoeproxyError):
     """Bad input: unreadable, unrecognised or malformed file, invalid option value."""
 
 
+class StoreUnavailable(InputError):
+    """The run database cannot be read or written now (damaged, disk full, read-only): a condition
+    of the store, not of the input; nothing was changed."""
+
+
 class StoreBusy(MoeproxyError):
     """The run database is locked by another process (a second writer)."""
 

@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from moeproxy.columns import Columns, arrow_array, arrow_strings, as_columns
 from moeproxy.contracts import GLOBAL_RANK, ROLES  # noqa: F401  (ROLES re-exported)
-from moeproxy.errors import InputError, NotFound, StoreBusy
+from moeproxy.errors import InputError, NotFound, StoreBusy, StoreUnavailable
 from moeproxy.lazy import LazyModule
 
 pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no pandas
@@ -239,7 +239,7 @@ class Store:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
         con.execute("COMMIT")
 
-    def unreadable(self, exc: BaseException) -> InputError:
+    def unreadable(self, exc: BaseException) -> StoreUnavailable:
         """The one-line error for a store file DuckDB cannot read or write (damaged, truncated,
         disk full): nothing was changed by the command that met it."""
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -249,7 +249,7 @@ class Store:
             why = "the transaction could not commit"
         else:
             why = "damaged or truncated?"
-        return InputError(f"{self.path}: cannot use the run database ({why}: {first}); nothing was changed")
+        return StoreUnavailable(f"{self.path}: cannot use the run database ({why}: {first}); nothing was changed")
 
     @contextmanager
     def _guarded(self) -> Iterator[None]:

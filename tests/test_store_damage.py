@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -109,9 +110,45 @@ def test_a_full_disk_is_one_line_and_the_store_keeps_what_it_had(good_store, tmp
         big = _log(tmp_path / "big.log", 60000)
         rc, out = _cli("ingest", big, "--run", "big", "--db", db, cwd=tmp_path)
         assert rc == 2 and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
-        filler.unlink()
+        # the disk full to the last byte: saving a diagnosis and a watcher's first rows are one line too
+        with open(filler, "ab", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+        watched = tmp_path / "job"
+        watched.mkdir()
+        _log(watched / "train.log", 2000)
+        for args in (("diagnose", "a", "--db", db), ("watch", watched, "--run", "w", "--once", "--db", db)):
+            rc, out = _cli(*args, cwd=tmp_path)
+            assert rc == 2 and "Traceback" not in out and len(out.strip().splitlines()) == 1, (args, out)
+        # a watcher that keeps running says so once, lets go of no file, and stores it all once the
+        # disk has room again
+        err = tmp_path / "watch.err"
+        with open(err, "w") as fh:
+            watcher = subprocess.Popen([sys.executable, "-m", "moeproxy", "watch", str(watched), "--run", "w",
+                                        "--db", str(db), "--interval", "0.2"], stdout=subprocess.DEVNULL, stderr=fh,
+                                       cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 60
+            while "trying again" not in err.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            filler.unlink()
+            while time.monotonic() < deadline:
+                rc, out = _cli("runs", "--db", db, cwd=tmp_path)
+                if rc == 0 and " w " in f" {out} ":
+                    break
+                time.sleep(0.5)
+        finally:
+            watcher.terminate()
+            watcher.wait(timeout=30)
+        said = err.read_text().strip().splitlines()
+        assert len(said) == 1 and "disk is full" in said[0] and "trying again" in said[0], "\n".join(said)
         rc, out = _cli("runs", "--db", db, cwd=tmp_path)
         assert rc == 0 and "big" not in out.split() and " a " in f" {out} ", out
+        w = next(line.split() for line in out.splitlines() if line.split()[:1] == ["w"])
+        assert w[4:7] == ["2000", "2", "4000"], out  # every record of the watched log, stored once
     finally:
         _unmount(disk)
 

@@ -45,7 +45,7 @@ import numpy as np
 from moeproxy.columns import Columns
 
 from moeproxy.contracts import ROLES
-from moeproxy.errors import InputError, StoreBusy
+from moeproxy.errors import InputError, StoreBusy, StoreUnavailable
 from moeproxy.ingest import default_run_name, rows_to_store
 from moeproxy.terminal import shown
 from moeproxy.watch.alerts import AlertSink, next_alert
@@ -108,6 +108,7 @@ class CycleReport:
     diagnosed: int = 0
     alerts: list = field(default_factory=list)
     held_s: float = 0.0  # how long the cycle kept the database file open (others wait meanwhile)
+    store_error: str | None = None  # the store could not be written (disk full ...): nothing stored, retried
 
 
 class Watcher:
@@ -125,6 +126,7 @@ class Watcher:
         self.claims: Claims | None = None
         self.elsewhere: dict[tuple[int, int], int] = {}  # logs another watcher follows -> its PID
         self._said: set[str] = set()
+        self._once = False  # run(once=True): a store that cannot be written stops the watcher
         self._refused_paths: dict[str, tuple[int, int]] = {}
         self._paths: dict[str, FollowedFile] = {}
         self.roled: set[str] = set()  # runs whose role/proxy this session set already
@@ -164,6 +166,7 @@ class Watcher:
     def run(self, stop: threading.Event | None = None, once: bool = False) -> None:
         """Cycle until ``stop`` is set (or, ``once``, until the bytes the files held are read)."""
         stop = stop or threading.Event()
+        self._once = once
         if not self._started:
             self.start()
         try:
@@ -171,6 +174,8 @@ class Watcher:
                 started = time.monotonic()
                 report = self.cycle()
                 self.held.append(report.held_s)
+                if once and report.store_error:  # --once cannot wait for the disk to be freed
+                    raise StoreUnavailable(report.store_error)
                 if once and not report.more:  # what the files held at the start is in (a log that
                     break                         # keeps growing does not keep --once going)
                 if not once and not report.more:  # a look every interval; a backlog is read on at once
@@ -209,6 +214,11 @@ class Watcher:
                 report.held_s = time.monotonic() - opened
         except StoreBusy as exc:
             self.say(f"moeproxy watch: {exc}; trying again", err=True)
+            return report
+        except StoreUnavailable as exc:  # the store's condition, not a file's: every file kept, read again
+            report.store_error = str(exc)
+            if not self._once:  # (--once stops on it: the command's one error line says it)
+                self.say(f"moeproxy watch: {exc}; trying again", once_key=f"store:{exc}", err=True)
             return report
         report.diagnosed = self._diagnose(frames, report)
         return report
@@ -433,6 +443,8 @@ class Watcher:
         try:
             with self.store.write() as tx:
                 return _Batch(self, tx).store(chunks)
+        except StoreUnavailable:
+            raise  # not the chunk's fault: no file is let go
         except InputError as exc:
             if len(chunks) == 1:
                 chunks[0].file.failed = str(exc)
@@ -506,8 +518,13 @@ class Watcher:
                             record_in(tx, run_id, result)
                         if alert is not None:
                             tx.add_alert(run_id, alert)
-            except StoreBusy as exc:  # nothing recorded: diagnosed and alerted at the next cycle
-                self.say(f"moeproxy watch: {exc}; trying again", err=True)
+            except (StoreBusy, StoreUnavailable) as exc:  # nothing recorded: diagnosed and alerted at the next cycle
+                if isinstance(exc, StoreUnavailable):  # (a full disk: said once; --once stops on it)
+                    report.store_error = str(exc)
+                    if not self._once:
+                        self.say(f"moeproxy watch: {exc}; trying again", once_key=f"store:{exc}", err=True)
+                else:
+                    self.say(f"moeproxy watch: {exc}; trying again", err=True)
                 for run, _, _ in updates:
                     self.runs[run].due = self.runs[run].urgent = True
                 return len(frames)
