@@ -790,6 +790,12 @@ class Transaction:
         )
         return source_id
 
+    def rename_metric(self, run_id: int, original: str, old: str, new: str) -> None:
+        """A run's metric stored as ``old`` (from the log's ``original`` name) is stored as ``new``
+        from now on: its rows and its name mapping follow."""
+        self.con.execute("UPDATE scalars SET metric = ? WHERE run_id = ? AND metric = ?", [new, run_id, old])
+        self.con.execute("UPDATE metric_names SET metric = ? WHERE run_id = ? AND original = ?", [new, run_id, original])
+
     def add_metric_names(self, run_id: int, mapping: dict[str, str], known: dict[str, str] | None = None) -> None:
         """Record the names not yet recorded (``known``: the run's mapping, when read already)."""
         known = self.metric_mapping(run_id) if known is None else known

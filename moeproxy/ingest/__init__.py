@@ -89,10 +89,13 @@ class IngestResult(list):
         self.skipped: list[SkippedFile] = list(skipped)
 
 
-def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False) -> ParsedLog:
+def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, carry: dict | None = None) -> ParsedLog:
     """Parse one file (its format sniffed unless ``fmt`` names one). ``allow_empty``: a file of no
-    metric values gives an empty frame instead of an error (a watched file's new lines may be prose)."""
+    metric values gives an empty frame instead of an error (a watched file's new lines may be prose).
+    ``carry``: the reader's context after the bytes before these (``ParsedLog.carry`` of the chunk
+    before), so that a followed file's chunks store what one read of the whole stores."""
     src, log_format = open_and_detect(path, fmt)
+    src.carry = carry
     parsed = _parse(src, log_format)
     if len(parsed.rows) == 0 and fmt == "auto":  # the head looked like one format, the records are another's
         from moeproxy.ingest.detect import runners_up

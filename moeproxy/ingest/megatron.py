@@ -276,7 +276,10 @@ def _parallel_scan(src: SourceFile) -> _Scan | None:
 
 
 def parse_megatron(src: SourceFile) -> ParsedLog:
-    scan = _parallel_scan(src) or _scan(src.text_stream())
+    # a followed file's later chunk goes on from the last step of the chunks before it
+    carried = (src.carry or {}).get("last_step")
+    scan = (_scan(src.text_stream(), carried) if carried is not None else None) or _parallel_scan(src) \
+        or _scan(src.text_stream())
     if not scan.saw_iteration:
         framework = "deepspeed"
     elif scan.mindspeed:
@@ -285,7 +288,8 @@ def parse_megatron(src: SourceFile) -> ParsedLog:
         framework = "megatron-deepspeed"
     else:
         framework = "megatron"
-    return ParsedLog(src.path, "megatron", framework, src.sha256, scan.table.columns(), scan.skipped)
+    return ParsedLog(src.path, "megatron", framework, src.sha256, scan.table.columns(), scan.skipped,
+                     carry={"last_step": scan.last_step})
 
 
 def sniff_megatron(src: SourceFile) -> float:

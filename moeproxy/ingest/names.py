@@ -77,14 +77,32 @@ def _after_run_prefix(original: str) -> tuple[str, int] | None:
     return None
 
 
-def resolve_names(originals: list[str], taken: dict[str, str] | None = None) -> dict[str, str]:
+def resolve_names(originals: list[str], taken: dict[str, str] | None = None,
+                  takeover: bool = False) -> dict[str, str]:
     """Map each original name to its stored name.
 
     ``taken`` is the mapping already stored for the run (original -> stored); it is honoured so
     that a second source of the same run maps the same way. A canonical name goes to the
     highest-priority alias present; the other aliases keep their original names.
+
+    ``takeover`` (a followed file's later lines): an alias of higher priority than the one that
+    holds a canonical name takes it over, and the holder goes back to its own name, as one read of
+    the whole file would have named them; the result then maps the holder too (the caller renames
+    its stored rows).
     """
     taken = dict(taken or {})
+    moved: dict[str, str] = {}
+    if takeover:
+        holders = {stored: orig for orig, stored in taken.items()
+                   if (hit := canonical_of(orig)) is not None and hit[0] == stored}
+        for name in originals:
+            hit = canonical_of(name) if name not in taken else None
+            holder = holders.get(hit[0]) if hit is not None else None
+            if holder is not None and hit[1] < canonical_of(holder)[1]:
+                claimed_now = set(taken.values()) - {hit[0]}
+                moved[holder] = holder if holder not in claimed_now and holder not in ALIASES else f"{holder} (original)"
+                taken[holder] = moved[holder]
+                del holders[hit[0]]
     claimed = set(taken.values())
     best: dict[str, tuple[int, str]] = {}
     for name in originals:
@@ -107,7 +125,7 @@ def resolve_names(originals: list[str], taken: dict[str, str] | None = None) -> 
             result[name] = f"{name} (original)"
         else:
             result[name] = name
-    return result
+    return result | moved
 
 
 # Key sets that give a framework away (checked in order; first hit wins).

@@ -53,12 +53,14 @@ FRACTION_STEP = re.compile(r"['\"](?:" + "|".join(map(re.escape, FRACTION_STEP_K
 def parse_printed_dicts(src: SourceFile) -> ParsedLog:
     table = LogTable()
     skipped = 0
-    index = 0
+    carried = src.carry or {}
+    index = int(carried.get("index", 0))  # records before these bytes count too (a followed file's chunks)
     from_index = False
     pending: list[tuple[dict, int]] = []  # dicts with no step, waiting for the progress bar's counter
-    last_bar: int | None = None
+    last_bar: int | None = carried.get("last_bar")
 
-    bar_dates = True  # False once two stepless dicts came with no bar between them
+    bar_dates = bool(carried.get("bar_dates", True))  # False once two stepless dicts came with no bar between them
+    dict_since_bar = bool(carried.get("dict_since_bar", False))  # a stepless dict since the last bar (any chunk)
 
     def flush(bar: int | None) -> None:
         nonlocal index, from_index
@@ -79,6 +81,7 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
                 # HF Trainer/TRL print the log dict with tqdm.write, which redraws the bar right
                 # after it: the counter on the next bar line is the step the dict was logged at
                 last_bar = int(bar.group(1))
+                dict_since_bar = False
                 flush(last_bar)
             elif line.strip():
                 skipped += 1
@@ -113,10 +116,11 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
             # line already shows the step it was logged at (``| 5/300 [00:12<11:24] {'loss': ...}``)
             step = int(bars[-1].group(1))
         if step is None:
-            if pending:  # two stepless dicts with no bar between them: the bar does not count steps
+            if pending or dict_since_bar:  # two stepless dicts with no bar between them: the bar does not count steps
                 bar_dates = False
                 flush(None)
             pending.append((record, rank_of(line)))
+            dict_since_bar = True
             continue
         index += 1
         table.add_dict(step, record, rank=rank_of(line))
@@ -125,7 +129,10 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
     framework = guess_framework(names)
     if "Global step" in src.head_text:
         framework = "openrlhf"
-    return ParsedLog(src.path, "printed-dicts", framework, src.sha256, table.columns(), skipped, from_index)
+    # ("index" counts the records of the chunks before too: the follower adds no offset of its own)
+    carry = {"index": index, "last_bar": last_bar, "bar_dates": bar_dates, "dict_since_bar": dict_since_bar}
+    return ParsedLog(src.path, "printed-dicts", framework, src.sha256, table.columns(), skipped, from_index,
+                     carry=carry)
 
 
 def sniff_printed_dicts(src: SourceFile) -> float:

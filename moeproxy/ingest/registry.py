@@ -39,6 +39,9 @@ class ParsedLog:
     bytes_parsed: int = 0  # how far the parsed bytes go: the sha256 is theirs (filled by parse_file)
     # a file holding several runs (a comparison table): arm name -> frame; ``frame`` is the first
     arms: dict[str, pd.DataFrame] | None = None
+    # the reader's context at the end of these bytes, for the next chunk of a followed file (readers
+    # whose records depend on earlier lines: the last step logged, the record index); None otherwise
+    carry: dict | None = None
 
     @property
     def columns(self) -> Columns:

@@ -78,6 +78,9 @@ class SourceFile:
     _sniff_lines: list[str] | None = None  # head_lines' list, made once for every sniffer
     _sniff_head: bytes | None = None  # the head, read on to whole first records (``sniff_head``)
     nul_runs: list[list[int]] = field(default_factory=list)  # [start, stop) of NUL runs read (crash padding)
+    # a reader's context from the bytes before these (a watched file's earlier chunks): readers whose
+    # records depend on earlier lines take it up and hand theirs on in ``ParsedLog.carry``
+    carry: dict | None = None
 
     def nul_warnings(self) -> list[str]:
         """One warning per NUL run read (merged, each named by its byte range), at most ten."""

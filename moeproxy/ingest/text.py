@@ -303,16 +303,18 @@ def parse_text(src: SourceFile) -> ParsedLog:
     kind = next((k for k in (STEPPED, BY_EPOCH, INDEXLESS) if counts[k]), STEPPED)
     skipped += sum(counts) - counts[kind]
     table = LogTable()
-    _replay(table, entries, kind)
+    carried = src.carry or {}
+    last, event_step = _replay(table, entries, kind, carried.get("last", 0), carried.get("event_step"))
     return ParsedLog(src.path, "text", guess_framework(table.metric_names), src.sha256, table.columns(),
-                     skipped, kind == INDEXLESS)
+                     skipped, kind == INDEXLESS, carry={"last": last, "event_step": event_step})
 
 
-def _replay(table: LogTable, entries: list, kind: int) -> None:
+def _replay(table: LogTable, entries: list, kind: int, last: int = 0, event_step: int | None = None):
     """Records of ``kind`` at their counter (or index), in file order; each overflow event at the
     step being attempted: one after the step its line's bar shows or the last step logged before
-    it, or one after the event before it when that is later (each event is one skipped update)."""
-    last, index, event_step = 0, -1, None
+    it, or one after the event before it when that is later (each event is one skipped update).
+    ``last`` and ``event_step``: where the bytes before these left off; returns them at the end."""
+    index = -1
     for entry_kind, counter, rank, record in entries:
         if entry_kind == EVENT:
             before = counter if counter is not None else last
@@ -322,6 +324,7 @@ def _replay(table: LogTable, entries: list, kind: int) -> None:
             index += 1
             last = index if kind == INDEXLESS else counter
             table.add_dict(last, record, rank=rank)
+    return last, event_step
 
 
 LOOK_PAST_RECORDS = 8

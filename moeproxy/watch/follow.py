@@ -130,6 +130,7 @@ class FollowedFile:
     seen: tuple | None = None  # (size, mtime, ctime) at the last scan
     looked: tuple | None = None  # ... when the last read found nothing new
     header_at: int = 0  # where the header lines start (after a hole of NUL bytes, not at 0)
+    carry: dict | None = None  # the reader's context after the bytes read (``ParsedLog.carry``)
 
     @classmethod
     def open(cls, path: Path, run: str, scratch: Path, pool: OpenFiles | None = None) -> "FollowedFile":
@@ -174,7 +175,8 @@ class FollowedFile:
         """The state reached (what a copy of the file's bytes up to ``position`` continues from)."""
         return {"position": self.position, "lines": self.lines, "hasher": self.hasher.copy(),
                 "format": self.format, "header": self.header, "index_base": self.index_base,
-                "source_id": self.source_id, "totals": dict(self.totals), "header_at": self.header_at}
+                "source_id": self.source_id, "totals": dict(self.totals), "header_at": self.header_at,
+                "carry": self.carry}
 
     def prefix_hasher(self, length: int):
         """A sha256 hasher fed the first ``length`` bytes; None when the file holds fewer."""
@@ -202,6 +204,7 @@ class FollowedFile:
         self.position, self.lines, self.hasher = position, state["lines"], state["hasher"].copy()
         self.format, self.header, self.index_base = state["format"], state["header"], state["index_base"]
         self.source_id, self.totals, self.header_at = state["source_id"], dict(state["totals"]), state["header_at"]
+        self.carry = state.get("carry")
         self.tail = os.pread(self.descriptor(), min(TAIL_CHECK, position), position - min(TAIL_CHECK, position))
         return True
 
@@ -236,7 +239,7 @@ class FollowedFile:
         self.position = self.lines = self.index_base = 0
         self.format, self.header, self.source_id, self.totals = None, b"", None, {}
         self.hasher, self.tail, self.unrecognised_at = hashlib.sha256(), b"", -1
-        self.fresh_start, self.header_at = True, 0
+        self.fresh_start, self.header_at, self.carry = True, 0, None
 
     def pending(self, max_bytes: int = 16 << 20) -> Chunk | None:
         """The new complete bytes, parsed; None when there are none (or the format is not yet
@@ -346,7 +349,8 @@ class FollowedFile:
                 dropped.append(self._real(message, lines_before) + ": line skipped")
                 body = b"".join(body_lines[: line - 1] + [b"\n"] + body_lines[line:])  # line count kept
         index_base = self.index_base
-        if parsed.step_from_index and len(parsed.rows):
+        if parsed.step_from_index and len(parsed.rows) and "index" not in (parsed.carry or {}):
+            # (a reader that carries its record index across chunks numbers them itself)
             rows = parsed.columns
             parsed.rows = replace(rows, step=rows.step + self.index_base)
             index_base = int(parsed.rows.step.max()) + 1
@@ -354,7 +358,7 @@ class FollowedFile:
                      parsed, index_base, dropped + [self._real(w, lines_before) for w in parsed.warnings])
 
     def _parse_bytes(self, data: bytes, fmt: str) -> ParsedLog:
-        return self._with_copy(data, lambda copy: parse_file(copy, fmt, allow_empty=True))
+        return self._with_copy(data, lambda copy: parse_file(copy, fmt, allow_empty=True, carry=self.carry))
 
     def _detect_bytes(self, data: bytes) -> str:
         def detect(copy: Path) -> str:
@@ -387,6 +391,7 @@ class FollowedFile:
         """The chunk's rows and position are stored: move on past it."""
         self.hasher.update(chunk.data)
         self.position, self.lines, self.index_base = chunk.end, self.lines + chunk.lines, chunk.index_base
+        self.carry = chunk.parsed.carry if chunk.parsed is not None else self.carry
         self.tail = (self.tail + chunk.data)[-TAIL_CHECK:]
         self.fresh_start = False
 

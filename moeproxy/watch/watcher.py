@@ -583,7 +583,7 @@ class _Batch:
                 self.parts, self.pending_runs = [], set()
                 self.extents[run_id] = tx.run_extents([run_id])[run_id]
             frame, routing, names = rows_to_store(tx, run_id, parsed.rows, self.mappings[run_id],
-                                                  self.extents[run_id])
+                                                  self.extents[run_id], takeover=True)
             tx.add_metric_names(run_id, names, known=self.mappings[run_id])
             self.mappings[run_id] = self.mappings[run_id] | names
             counts = frame.counts()

@@ -272,20 +272,44 @@ def test_once_reads_a_backlog_larger_than_one_look_and_stops(tmp_path):
     assert [s for m, s, *_ in stored(tmp_path) if m == "loss"] == list(range(1, 201))
 
 
-# Known differences, each a reader's context that spans a chunk boundary (issue 12 follow-up):
-_ACROSS_CHUNKS = {
-    "deepspeed.log": "an overflow line without a step counter goes after the last step logged before it; at the "
-                     "start of a chunk that step is in the chunk before",
-    "nanogpt.log": "a canonical name goes to the first alias a run shows: 'train loss' of the step-0 eval line "
-                   "takes 'loss' before the per-iteration 'loss' appears (one ingest of the whole gives it to 'loss')",
-    "hf_console.log": "a printed dict takes its step from the progress bar drawn after it; a chunk that ends "
-                      "between the two stores the dict at its record index",
-}
-LINE_FIXTURES = [pytest.param(name, marks=pytest.mark.xfail(reason=_ACROSS_CHUNKS[name], strict=True))
-                 if name in _ACROSS_CHUNKS else name
-                 for name in ["megatron.log", "mindspeed_llm.log", "mindspeed_rl.log", "deepspeed.log", "verl_file.jsonl",
-                              "verl_console.log", "nanogpt.log", "torchtitan.log", "openrlhf.log", "slime.log",
-                              "hf_console.log", "mlx.log", "wandb_export.csv"]]
+# Each reader's context that spans a chunk boundary is carried across it (issue 12 follow-up, now
+# holding): the last step before a DeepSpeed overflow line (``ParsedLog.carry``), the record index
+# of printed dicts, and nanoGPT's 'loss' taking its name over from the step-0 eval line's
+# 'train loss' (``resolve_names(takeover=True)``).
+LINE_FIXTURES = ["megatron.log", "mindspeed_llm.log", "mindspeed_rl.log", "deepspeed.log", "verl_file.jsonl",
+                 "verl_console.log", "nanogpt.log", "torchtitan.log", "openrlhf.log", "slime.log", "hf_console.log",
+                 "mlx.log", "wandb_export.csv"]
+
+
+@pytest.mark.parametrize("name", ["deepspeed.log", "nanogpt.log", "hf_console.log"])
+def test_a_context_across_a_chunk_boundary_is_carried_wherever_the_cut_falls(tmp_path, name):
+    """The three readers whose records depend on earlier lines, cut at every line boundary: the
+    rows equal those of one ingest of the whole."""
+    from pathlib import Path
+
+    from moeproxy.ingest import ingest_paths
+
+    data = (Path(__file__).resolve().parents[1] / "fixtures" / "logs" / name).read_bytes()
+    whole = tmp_path / "whole" / name
+    whole.parent.mkdir()
+    whole.write_bytes(data)
+    ingest_paths(Store(tmp_path / "whole.duckdb"), [whole], run="r")
+    query = "SELECT metric, step, CAST(value AS VARCHAR), rank FROM scalars"
+    with duckdb.connect(str(tmp_path / "whole.duckdb")) as con:
+        expected = sorted(con.execute(query).fetchall())
+    ends = [i + 1 for i, b in enumerate(data) if b == ord("\n")]
+    for k, cut in enumerate(ends[:-1]):
+        folder = tmp_path / f"cut{k}"
+        folder.mkdir()
+        log = folder / name
+        w = make_watcher(folder, log, run="r")
+        append(log, data[:cut])
+        w.cycle()
+        append(log, data[cut:])
+        w.cycle()
+        w.close()
+        with duckdb.connect(str(folder / "runs.duckdb")) as con:
+            assert sorted(con.execute(query).fetchall()) == expected, f"cut after byte {cut}"
 
 
 @pytest.mark.parametrize("name", LINE_FIXTURES)
