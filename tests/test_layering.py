@@ -5,6 +5,8 @@ at any depth, and ``importlib.import_module``/``__import__`` with a literal name
 from __future__ import annotations
 
 import ast
+
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,3 +149,48 @@ def test_the_package_import_graph_has_no_circles():
     the diagnosis's registries sit below the detectors and ``catalog`` above them; the proxy's
     feature types sit below both feature methods."""
     assert _cycles(_module_graph()) == []
+
+
+# The rooms of the package from the ground floor up (shared/DESIGN.md, Layout): a module imports only
+# from its own floor or the floors below it (rooms on one floor may use each other: the circle test
+# above keeps that acyclic). A new module gets its floor here (an unknown room fails).
+FLOORS = (
+    ("errors", "vocabulary", "columns", "units", "terminal", "registry", "contracts", "lazy", "json_lines", "pids",
+     "outputs", "devices"),
+    ("ingest", "store"),
+    ("diagnose", "downsample", "allowed_paths"),
+    ("fidelity", "watch", "sparklines", "figures", "proxy", "reference"),
+    ("jobs", "repro", "report", "demo"),
+    ("commands",),
+    ("cli", "__main__", "moeproxy"),
+)
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_import_goes_down_the_floors_or_stays_in_its_room():
+    floor = {room: k for k, rooms in enumerate(FLOORS) for room in rooms}
+    graph = _module_graph()
+    unknown = sorted({_room(m) for m in graph} - set(floor))
+    assert not unknown, f"modules with no floor in FLOORS: {unknown}"
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                    if floor[_room(b)] > floor[_room(a)])
+    assert not upward, upward
+
+
+def test_the_floor_check_sees_an_import_that_goes_up(tmp_path, monkeypatch):
+    """The check itself: a module of ingest that imported the watcher would be named."""
+    copy = tmp_path / "moeproxy"
+    (copy / "ingest").mkdir(parents=True)
+    (copy / "watch").mkdir()
+    (copy / "__init__.py").write_text("")
+    (copy / "ingest" / "__init__.py").write_text("")
+    (copy / "watch" / "__init__.py").write_text("")
+    (copy / "watch" / "follow.py").write_text("")
+    (copy / "ingest" / "text.py").write_text("from moeproxy.watch.follow import x\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)  # the graph is read from the tiny package
+    with pytest.raises(AssertionError, match="moeproxy.ingest.text -> moeproxy.watch.follow"):
+        test_every_import_goes_down_the_floors_or_stays_in_its_room()
