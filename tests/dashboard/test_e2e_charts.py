@@ -64,6 +64,14 @@ def _timed_run(store: Store) -> None:
         tx.add_scalars(run_id, source_id, frame)
 
 
+def _pick(page, label: str, option: str) -> None:
+    """Choose ``option`` in the multiselect labelled ``label`` (typed, clicked, closed) and wait for the rerun."""
+    page.get_by_test_id("stMultiSelect").filter(has_text=label).locator("input").fill(option)
+    page.get_by_role("option", name=option, exact=True).click()
+    page.keyboard.press("Escape")
+    wait_for_app(page)
+
+
 def _layout(page) -> dict:
     return page.evaluate(f"() => {{ const p = document.querySelector('{CHART}');"
                          " return {layout: p.layout, data: p.data.map(t => ({name: t.name, yaxis: t.yaxis,"
@@ -166,11 +174,7 @@ def test_the_runs_table_fits_1440_px_with_no_none_and_compare_overlays_three_run
         assert widths[0] <= widths[1] + 1, widths
         page.goto(f"{served['url']}/compare")
         wait_for_app(page)
-        more = page.get_by_test_id("stMultiSelect").filter(has_text="More runs on the overlay")
-        more.locator("input").fill("rl-other")
-        page.get_by_role("option", name="rl-other", exact=True).click()
-        page.keyboard.press("Escape")
-        wait_for_app(page)
+        _pick(page, "More runs on the overlay", "rl-other")
         names = page.evaluate("() => document.querySelector('.st-key-compare_chart .js-plotly-plot').data"
                               ".map(t => t.name || '')")
         for run in ("rl-run", "rl-proxy", "rl-other"):
@@ -221,11 +225,7 @@ def test_hover_spans_panels_zoom_keeps_points_log_toggles_per_panel_filters_and_
         # the runs table filters by verdict
         page.goto(f"{served['url']}/runs")
         wait_for_app(page)
-        verdicts = page.get_by_test_id("stMultiSelect").filter(has_text="Verdict")
-        verdicts.locator("input").fill("healthy")
-        page.get_by_role("option", name="healthy", exact=True).click()
-        page.keyboard.press("Escape")
-        wait_for_app(page)
+        _pick(page, "Verdict", "healthy")
         grid = page.get_by_test_id("stDataFrame")
         grid.locator("[role=gridcell]", has_text="rl-other").first.wait_for(state="attached")
         sync_api.expect(grid.locator("[role=gridcell]", has_text="rl-proxy")).to_have_count(0)
@@ -262,11 +262,7 @@ def test_evidence_quotes_logged_values_tags_filter_the_runs_and_wall_time_is_an_
 
         page.goto(f"{served['url']}/runs")
         wait_for_app(page)
-        tags = page.get_by_test_id("stMultiSelect").filter(has_text="Tags")
-        tags.locator("input").fill("baseline")
-        page.get_by_role("option", name="baseline", exact=True).click()
-        page.keyboard.press("Escape")
-        wait_for_app(page)
+        _pick(page, "Tags", "baseline")
         grid = page.get_by_test_id("stDataFrame")
         grid.locator("[role=gridcell]", has_text="rl-other").first.wait_for(state="attached")
         for other in ("rl-run", "pretrain", "timed-run"):
