@@ -346,8 +346,8 @@ def sniff_json_records(src: SourceFile) -> float:
 register(LogFormat("verl-jsonl", "verl file logger: {\"step\": N, \"data\": {...}} per line",
                    sniff_verl_jsonl, parse_verl_jsonl, top_score=0.95))
 register(LogFormat("hf-trainer-state", "Hugging Face Trainer / TRL trainer_state.json (log_history)",
-                   sniff_trainer_state, parse_trainer_state, top_score=0.97))
+                   sniff_trainer_state, parse_trainer_state, top_score=0.97, appendable=False))
 register(LogFormat("jsonl", "JSON lines of flat or nested metric dicts (step key or record index)",
                    sniff_jsonl, parse_jsonl, top_score=0.8))
 register(LogFormat("json-records", "a JSON array of metric records", sniff_json_records, parse_json_records,
-                   top_score=0.6))
+                   top_score=0.6, appendable=False))

@@ -64,6 +64,9 @@ class LogFormat:
     parse: Callable[[SourceFile], ParsedLog]
     binary: bool = False  # reads binary files (TensorBoard event files)
     top_score: float = 1.0  # the highest score ``sniff`` returns
+    # what `watch` needs to know of the format's files:
+    appendable: bool = True  # False: a whole document rewritten at each save (not followed; ingest it)
+    header_lines: int = 0  # lines at the top that every later chunk needs in front of it (a CSV header)
 
 
 FORMATS: Registry[LogFormat] = Registry("log format")

@@ -40,10 +40,6 @@ from moeproxy.ingest.detect import open_and_detect
 from moeproxy.ingest.registry import FORMATS
 from moeproxy.ingest.source import HEAD_BYTES, SNIFF_BYTES, SNIFF_MIN_LINES
 
-# formats whose files are whole documents rewritten at each save, not appended to: not followed
-WHOLE_DOCUMENT = frozenset({"hf-trainer-state", "json-records", "megatron-golden", "table"})
-# formats with header lines that every chunk needs in front of it
-HEADER_LINES = {"csv": 1}
 TAIL_CHECK = 64  # bytes before the position compared at each poll (a rewrite changes them)
 MAX_DROPPED_PER_CHUNK = 100
 _LINE = re.compile(r"\bline (\d+)\b")
@@ -302,7 +298,7 @@ class FollowedFile:
                 raise FollowError(self._real(str(exc), 0)) from None
             self.unrecognised_at = size
             return
-        if fmt in WHOLE_DOCUMENT:
+        if not FORMATS[fmt].appendable:  # a whole document rewritten at each save
             raise FollowError(f"{self.path}: a {fmt} file is rewritten whole, not appended to: not followed "
                               "(ingest it with `moeproxy ingest` when it is complete)")
         if not head:
@@ -310,8 +306,8 @@ class FollowedFile:
             return
         self.format = fmt
         self.header_at = self.position
-        if fmt in HEADER_LINES:
-            self.header = b"".join(data.splitlines(keepends=True)[: HEADER_LINES[fmt]])
+        if FORMATS[fmt].header_lines:
+            self.header = b"".join(data.splitlines(keepends=True)[: FORMATS[fmt].header_lines])
 
     @staticmethod
     def _looks_binary_records(data: bytes) -> bool:
@@ -334,7 +330,8 @@ class FollowedFile:
         dropped: list[str] = []
         # a line of the scratch copy is this many lines later in the file (the header line put
         # back in front of a later chunk is the file's first line, counted already)
-        lines_before = self.lines - (HEADER_LINES.get(self.format, 0) if self.header and not skip_header else 0)
+        header_lines = FORMATS[self.format].header_lines
+        lines_before = self.lines - (header_lines if self.header and not skip_header else 0)
         while True:
             try:
                 parsed = self._parse_bytes(self.header + body if self.header else body, self.format)
@@ -342,7 +339,7 @@ class FollowedFile:
             except InputError as exc:
                 message = str(exc)
                 m = _LINE.search(message)
-                line = int(m.group(1)) - (HEADER_LINES.get(self.format, 0) if self.header else 0) if m else 0
+                line = int(m.group(1)) - (header_lines if self.header else 0) if m else 0
                 body_lines = body.splitlines(keepends=True)
                 if self.binary or not 1 <= line <= len(body_lines) or len(dropped) >= MAX_DROPPED_PER_CHUNK:
                     raise FollowError(self._real(message, lines_before)) from None

@@ -178,6 +178,45 @@ def test_a_restart_takes_up_each_file_where_it_was(tmp_path):
     w.close()
 
 
+def test_what_the_watcher_knows_of_a_format_is_a_field_of_the_format(tmp_path, monkeypatch):
+    """A format added with two header lines is followed with both put in front of every later chunk,
+    and one declared a whole document is refused: the watcher holds no list of format names."""
+    from moeproxy.ingest.csvfmt import parse_csv
+    from moeproxy.ingest.registry import FORMATS, LogFormat
+
+    def sniff(src):
+        return 1.0 if src.head.startswith(b"# two-header table") else 0.0
+
+    def parse(src):  # the CSV reader after the title line
+        from moeproxy.ingest.source import open_source
+
+        body = tmp_path / "body.csv"
+        body.write_bytes(src.path.read_bytes().split(b"\n", 1)[1])
+        parsed = parse_csv(open_source(body))
+        parsed.format = "two-header"
+        return parsed
+
+    monkeypatch.setitem(FORMATS, "two-header", LogFormat("two-header", "test", sniff, parse, header_lines=2))
+    log = tmp_path / "two" / "t.log"
+    log.parent.mkdir()
+    append(log, "# two-header table\nstep,loss\n1,2.0\n")
+    w = make_watcher(tmp_path, log.parent)
+    w.cycle()
+    append(log, "2,1.9\n3,1.8\n")
+    w.cycle()
+    assert [(m, s, v) for m, s, v, _ in stored(tmp_path)] == [("loss", 1, 2.0), ("loss", 2, 1.9), ("loss", 3, 1.8)]
+    w.close()
+    monkeypatch.setitem(FORMATS, "two-header", LogFormat("two-header", "test", sniff, parse, appendable=False))
+    other = tmp_path / "other"
+    other.mkdir()
+    append(other / "t.log", "# two-header table\nstep,loss\n1,2.0\n")
+    (tmp_path / "store2").mkdir()
+    w = make_watcher(tmp_path / "store2", other)
+    w.cycle()
+    assert "a two-header file is rewritten whole" in w.err.getvalue()
+    w.close()
+
+
 def test_a_whole_document_format_is_named_and_not_followed(tmp_path):
     run = tmp_path / "hf"
     run.mkdir()
