@@ -110,6 +110,10 @@ def test_groups_all_equal_on_nearly_every_step_never_learn_even_beside_a_later_g
     res = diagnose_series(series)
     assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 0, res["findings"][:2]
     assert ("groups_all_equal", "critical") in _rules(res)
+    # every group at full marks on nearly every step: converged at its ceiling, not stuck
+    converged = dict(series, reward_mean=np.where(varied, 0.875, 1.0))
+    assert ("groups_all_equal", "critical") not in _rules(diagnose_series(converged))
+    assert diagnose_series(converged)["verdict"] != "vanishing_gradient"
     # a reward that collapsed (and then every group scores 0) is a collapse, not a run that never learned
     falling = np.r_[np.full(12, 0.6), np.zeros(n - 12)]
     collapsed = dict(series, reward_mean=falling, zero_std_share=np.r_[np.full(12, 0.5), np.ones(n - 12)])

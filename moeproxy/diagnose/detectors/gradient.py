@@ -229,7 +229,8 @@ def _groups_all_equal(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
     """LABELS.md "every GRPO group's rewards equal on every step", read where the trainer logs it:
     the groups' reward std exactly 0 (or the share of zero-std groups exactly 1) on at least
     ``empty_update_share`` of the records overall and of the last quarter, while the reward stays
-    level (its last quarter's median within 10 % of its range of its first quarter's)."""
+    level (its last quarter's median within 10 % of its range of its first quarter's) and the groups
+    score nothing (its median at or below 0): groups that all score full marks have converged.""" 
     for canonical, empty in (("zero_std_share", lambda v: v >= 1.0), ("reward_std", lambda v: v == 0.0)):
         found = run.resolve(canonical)
         if found is None:
@@ -244,12 +245,15 @@ def _groups_all_equal(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
         if equal.mean() < cfg.empty_update_share or equal[-q:].mean() < cfg.empty_update_share:
             continue
         reward = run.resolve("reward_mean")
-        if reward is not None:
-            r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
-            k = quarter_count(r.size)
-            moved = float(np.median(r[-k:])) - float(np.median(r[:k])) if r.size >= 4 else 0.0
-            if abs(moved) > 0.1 * (float(r.max()) - float(r.min())):
-                continue  # a reward that rose learned; one that fell collapsed (its groups then all score 0)
+        if reward is None:
+            continue  # equal groups that all score full marks converged: without the reward, no telling
+        r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
+        if not r.size or float(np.median(r)) > 0:
+            continue  # the groups score something: a converged run at its ceiling (LABELS.md), not a stuck one
+        k = quarter_count(r.size)
+        moved = float(np.median(r[-k:])) - float(np.median(r[:k])) if r.size >= 4 else 0.0
+        if abs(moved) > 0.1 * (float(r.max()) - float(r.min())):
+            continue  # a reward that rose learned; one that fell collapsed (its groups then all score 0)
         first = int(s.index[0])
         return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "groups_all_equal",
                        f"{name} says every group's rewards were equal on {int(equal.sum())} of {v.size} records "
