@@ -221,13 +221,10 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
         if s is None:
             continue
         s = s.dropna()
-        if start_end is not None:
-            s = s[s.index > start_end]
-        elif name == "deepspeed/overflow":
-            search_end = _search_events_end(run, s, cfg)
-            s = s[s.index > search_end]
-            if search_end == float("-inf"):
-                start_end = -1  # no start-up search: say nothing about one
+        after = start_end if start_end is not None or name != "deepspeed/overflow" else _search_events_end(run, s, cfg)
+        searched = after is not None and after != float("-inf")
+        if searched:
+            s = s[s.index > after]
         flags = s.to_numpy() > 0
         steps = s.index.to_numpy()
         k = 0
@@ -243,7 +240,7 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
                 return [Finding(OVERFLOW, int(steps[k]), CRITICAL, name, "overflow_storm",
                                 f"{name}: {count} of the {j - k + 1} logged iterations over steps {int(steps[k])}-"
                                 f"{int(steps[j])} were skipped for overflow"
-                                + (" (after the start-up search)" if start_end != -1 else ""))]
+                                + (" (after the start-up search)" if searched else ""))]
             k = j + 1
     return []
 
