@@ -69,10 +69,12 @@ def dashboard_server(db: Path, workdir: Path, env: dict | None = None):
 
 
 @contextmanager
-def browser_page(width: int = 1400, height: int = 1900):
+def browser_page(width: int = 1400, height: int = 1900, color_scheme: str | None = None):
+    """A page of a fresh Chromium (``color_scheme``: "dark" to open as a dark-mode browser)."""
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+        options = {"color_scheme": color_scheme} if color_scheme else {}
+        page = browser.new_context(viewport={"width": width, "height": height}, **options).new_page()
         page.set_default_timeout(120_000)
         try:
             yield page

@@ -79,63 +79,55 @@ def _layout(page) -> dict:
 
 
 def test_triage_reads_at_a_glance_in_dark_mode(served):
-    with sync_api.sync_playwright() as p:
-        from dashboard_server import BROWSER_ARGS, CHROMIUM
-
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        page = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme="dark").new_page()
-        page.set_default_timeout(120_000)
-        try:
-            page.goto(f"{served['url']}/triage?run=rl-run")
-            wait_for_app(page)
-            # the answer above the fold: the banner's verdict line inside the first 900 px
-            banner = page.locator(".st-key-verdict_banner")
-            sync_api.expect(banner).to_contain_text("divergence")
-            box = banner.bounding_box()
-            assert box["y"] + 60 < 900
-            spec = _layout(page)
-            layout, traces = spec["layout"], spec["data"]
-            titles = [a["text"] for a in layout["annotations"] if a.get("name") == "panel title"]
-            cited = {f["metric"] for f in Store(served["db"]).findings("rl-run")["findings"]
-                     if f["severity"] == "critical"}
-            for metric in cited:  # the metrics the findings cite are drawn without being asked for
-                assert any(metric.split("/layer_")[0] in t for t in titles), (metric, titles)  # layers: one panel
-            # one colour per metric: the raw lines of different panels never share a colour
-            colours = {}
-            for t in traces:
-                if t["mode"] == "lines" and t["colour"] and "EMA" not in (t["name"] or ""):
-                    colours.setdefault(t["yaxis"], set()).add(t["colour"])
-            firsts = [sorted(c)[0] for c in colours.values()]
-            assert len(firsts) == len(set(firsts)) >= 2
-            # onset labels sit above the panels (paper y >= 1, shifted up), never on the data, and
-            # have no box behind them (dark mode drew black boxes)
-            onsets = [a for a in layout["annotations"] if a.get("name") == "onset label"]
-            assert onsets and all(a["yref"] == "paper" and a["y"] >= 1.0 and a.get("yshift", 0) > 0 for a in onsets)
-            assert all(a.get("bgcolor") in (None, "rgba(0,0,0,0)", "rgba(0, 0, 0, 0)") for a in onsets)
-            fills = page.evaluate(f"() => [...document.querySelectorAll('{CHART} .annotation rect.bg')]"
-                                  ".map(r => [r.getAttribute('style') || '', r.getAttribute('fill-opacity')])")
-            assert all("fill-opacity: 0" in style or opacity == "0" or "fill: rgba(0, 0, 0, 0)" in style
-                       for style, opacity in fills), fills
-            # the log axes' tick labels read as whole decades (not "1000, 5, 2, 100, 5, 2")
-            log_axes = [k for k, v in layout.items() if k.startswith("yaxis") and isinstance(v, dict)
-                        and v.get("type") == "log"]
-            assert log_axes
-            for axis in log_axes:
-                cls = "y" + axis[len("yaxis"):] + "tick"
-                texts = page.evaluate(f"() => [...document.querySelectorAll('{CHART} g.{cls} text')].map(t => t.textContent)")
-                assert texts, axis
-                for text in texts:
-                    value = float(text.replace("\u2212", "-").replace(",", "").replace("μ", "e-6").replace("m", "e-3")
-                                  .replace("k", "e3").replace("M", "e6").replace("G", "e9"))
-                    assert value > 0 and abs(math.log10(value) - round(math.log10(value))) < 1e-9, (axis, texts)
-            # no routing heatmap where there is no routing; the RL run has per-layer entropy
-            sync_api.expect(page.locator(".st-key-triage_heatmap")).to_have_count(1)
-            page.goto(f"{served['url']}/triage?run=pretrain")
-            wait_for_app(page)
-            sync_api.expect(page.locator(".st-key-triage_chart")).to_have_count(1)
-            sync_api.expect(page.locator(".st-key-triage_heatmap")).to_have_count(0)
-        finally:
-            browser.close()
+    with browser_page(1440, 900, color_scheme="dark") as page:
+        page.goto(f"{served['url']}/triage?run=rl-run")
+        wait_for_app(page)
+        # the answer above the fold: the banner's verdict line inside the first 900 px
+        banner = page.locator(".st-key-verdict_banner")
+        sync_api.expect(banner).to_contain_text("divergence")
+        box = banner.bounding_box()
+        assert box["y"] + 60 < 900
+        spec = _layout(page)
+        layout, traces = spec["layout"], spec["data"]
+        titles = [a["text"] for a in layout["annotations"] if a.get("name") == "panel title"]
+        cited = {f["metric"] for f in Store(served["db"]).findings("rl-run")["findings"]
+                 if f["severity"] == "critical"}
+        for metric in cited:  # the metrics the findings cite are drawn without being asked for
+            assert any(metric.split("/layer_")[0] in t for t in titles), (metric, titles)  # layers: one panel
+        # one colour per metric: the raw lines of different panels never share a colour
+        colours = {}
+        for t in traces:
+            if t["mode"] == "lines" and t["colour"] and "EMA" not in (t["name"] or ""):
+                colours.setdefault(t["yaxis"], set()).add(t["colour"])
+        firsts = [sorted(c)[0] for c in colours.values()]
+        assert len(firsts) == len(set(firsts)) >= 2
+        # onset labels sit above the panels (paper y >= 1, shifted up), never on the data, and
+        # have no box behind them (dark mode drew black boxes)
+        onsets = [a for a in layout["annotations"] if a.get("name") == "onset label"]
+        assert onsets and all(a["yref"] == "paper" and a["y"] >= 1.0 and a.get("yshift", 0) > 0 for a in onsets)
+        assert all(a.get("bgcolor") in (None, "rgba(0,0,0,0)", "rgba(0, 0, 0, 0)") for a in onsets)
+        fills = page.evaluate(f"() => [...document.querySelectorAll('{CHART} .annotation rect.bg')]"
+                              ".map(r => [r.getAttribute('style') || '', r.getAttribute('fill-opacity')])")
+        assert all("fill-opacity: 0" in style or opacity == "0" or "fill: rgba(0, 0, 0, 0)" in style
+                   for style, opacity in fills), fills
+        # the log axes' tick labels read as whole decades (not "1000, 5, 2, 100, 5, 2")
+        log_axes = [k for k, v in layout.items() if k.startswith("yaxis") and isinstance(v, dict)
+                    and v.get("type") == "log"]
+        assert log_axes
+        for axis in log_axes:
+            cls = "y" + axis[len("yaxis"):] + "tick"
+            texts = page.evaluate(f"() => [...document.querySelectorAll('{CHART} g.{cls} text')].map(t => t.textContent)")
+            assert texts, axis
+            for text in texts:
+                value = float(text.replace("\u2212", "-").replace(",", "").replace("μ", "e-6").replace("m", "e-3")
+                              .replace("k", "e3").replace("M", "e6").replace("G", "e9"))
+                assert value > 0 and abs(math.log10(value) - round(math.log10(value))) < 1e-9, (axis, texts)
+        # no routing heatmap where there is no routing; the RL run has per-layer entropy
+        sync_api.expect(page.locator(".st-key-triage_heatmap")).to_have_count(1)
+        page.goto(f"{served['url']}/triage?run=pretrain")
+        wait_for_app(page)
+        sync_api.expect(page.locator(".st-key-triage_chart")).to_have_count(1)
+        sync_api.expect(page.locator(".st-key-triage_heatmap")).to_have_count(0)
 
 
 def test_the_report_proxy_follows_the_run_and_the_report_folds_json_and_hides_paths(served):
