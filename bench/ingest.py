@@ -139,7 +139,7 @@ def write_event_file(directory: Path, steps: int, tags: list[str], value_of, wal
     minutes for 2M scalars (its checksums are pure Python); the checksums here come in bulk."""
     import numpy as np
 
-    from moeproxy.ingest.crc32c import crc32c, crc32c_equal_length, masked
+    from moeproxy.ingest.formats.tensorboard.crc32c import crc32c, crc32c_equal_length, masked
 
     payloads = [b"\x09" + struct.pack("<d", wall0) + b"\x1a\x0dbrain.Event:2"]
     tag_fields = [b"\x0a" + _varint(len(t.encode())) + t.encode() for t in tags]

@@ -12,11 +12,16 @@ findings agree on; a healthy verdict with warnings that almost made a finding is
 
 from __future__ import annotations
 
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.catalog import rule_of
 from moeproxy.diagnose.rules import label_of
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, WARNING, Finding
+
+thresholds(
+    short_run=(10, "confidence: fewer records and bands rest on a handful of points"),
+    long_run=(30, "confidence: enough history for every rule's baseline"),
+)
 
 CORE_SIGNALS = ("loss", "grad_norm", "reward_mean", "policy_entropy", "logprob_diff_mean")
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose.confidence import assess
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.catalog import all_detectors
 from moeproxy.diagnose.semantics import read_data
 from moeproxy.diagnose.series import RunSeries
@@ -22,6 +22,11 @@ from moeproxy.diagnose.taxonomy import Finding
 from moeproxy.diagnose.rules import label_of
 from moeproxy.diagnose.verdict import (alternatives, causal_choice, demote_symptoms, order_findings,
                                        promote_damaging_spikes, tie_window)
+
+thresholds(
+    tie_records=(2, "LABELS.md: onsets 'within the same record or two' (at the log's own resolution) "
+                    "are together: the causal order decides"),
+)
 
 
 def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,

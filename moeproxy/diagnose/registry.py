@@ -2,7 +2,8 @@
 
 A detector is a pure function ``(run: RunSeries, config: DiagnoseConfig) -> list[Finding]``.
 Adding one is one module under ``moeproxy/diagnose/detectors/`` decorated with
-``@register_detector("name", "one line")`` plus its import line in ``detectors/__init__.py``.
+``@register_detector("name", "one line")``, its rules declared with ``declare`` and its thresholds
+with ``thresholds``: the folder's package imports every module in it, so nothing else names it.
 ``diagnose_frame`` runs them all; the CLI and the dashboard list ``DETECTORS``.
 """
 
@@ -11,10 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
 from moeproxy.registry import Registry
+
+thresholds(
+    robust_z=(3.5, "modified z (0.6745 * dev / MAD) that marks a departure"),
+    min_history=(3, "records needed before any departure can be judged"),
+)
 
 DetectFunction = Callable[[RunSeries, DiagnoseConfig], list[Finding]]
 

@@ -31,8 +31,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.series import RunSeries
+
+thresholds(
+    startup_min_scale=(1024.0, "fp16 scalers start their search at 2^16 or more; halvings from below are overflows"),
+)
 
 # The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
 CORE_METRICS = ("loss", "grad_norm")

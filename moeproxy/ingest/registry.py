@@ -2,13 +2,14 @@
 
 A format is sniffed from content, never from the file name: ``sniff(source) -> float`` returns
 a confidence in [0, 1] (0 = not this format). Detection picks the highest score; ties go to the
-format registered first. ``parse(source) -> ParsedLog`` reads the whole file. ``top_score`` is the
+format of the lower ``priority`` (declared by each format). ``parse(source) -> ParsedLog`` reads the whole file. ``top_score`` is the
 highest score a sniffer ever returns: detection does not run a sniffer that could not beat the
 score already found (a directory of thousands of small logs is sniffed at the cost of the sniffers
 that can still win, not of all of them); a test checks every sniffer keeps to its ``top_score``.
 
-Adding a format is one module that ends with ``register(LogFormat(...))`` and one line in
-``moeproxy/ingest/formats.py``.
+Adding a format is one module under ``moeproxy/ingest/formats/`` that ends with
+``register(LogFormat(..., priority=N))``: the package imports every module in its folder
+(``formats/__init__.py``), so nothing else names it.
 """
 
 from __future__ import annotations
@@ -67,11 +68,19 @@ class LogFormat:
     # what `watch` needs to know of the format's files:
     appendable: bool = True  # False: a whole document rewritten at each save (not followed; ingest it)
     header_lines: int = 0  # lines at the top that every later chunk needs in front of it (a CSV header)
+    # the order among formats: sniffers run, and ties go, lowest first (specific formats before the
+    # generic text reader); a format's own number, so that no list elsewhere orders them
+    priority: int = 100
 
 
 FORMATS: Registry[LogFormat] = Registry("log format")
 
 
 def register(fmt: LogFormat) -> LogFormat:
-    """Add a format; a module registers its formats with one call each at its bottom."""
-    return FORMATS.add(fmt.name, fmt)
+    """Add a format; a module registers its formats with one call each at its bottom. The registry
+    stays in priority order (then in the order of registration)."""
+    FORMATS.add(fmt.name, fmt)
+    ordered = sorted(FORMATS.values(), key=lambda f: f.priority)  # stable: registration order among equals
+    FORMATS.clear()
+    FORMATS.update((f.name, f) for f in ordered)
+    return fmt

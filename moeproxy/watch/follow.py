@@ -396,7 +396,7 @@ class FollowedFile:
 def complete_records(data: bytes, path: Path, offset: int) -> int:
     """How many leading bytes of ``data`` are whole TensorBoard records (``length (8) | crc (4) |
     payload | crc (4)``); a length whose checksum is wrong is a FollowError naming its offset."""
-    from moeproxy.ingest.crc32c import crc32c, masked  # the ingest reader's own (no tensorboard needed)
+    from moeproxy.ingest.formats.tensorboard.crc32c import crc32c, masked  # the ingest reader's own (no tensorboard needed)
 
     at = 0
     while at + 12 <= len(data):

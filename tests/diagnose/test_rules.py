@@ -101,3 +101,43 @@ def test_no_detector_keeps_a_threshold_of_its_own_outside_the_config():
                     if numeric and isinstance(target, ast.Name) and (path.name, target.id) not in allowed:
                         found.append(f"{path.relative_to(DIAGNOSE)}:{target.id}")
     assert not found, found
+
+
+def test_every_threshold_is_declared_where_it_is_read_and_every_read_is_declared():
+    """A threshold lives with the code that reads it (``thresholds(...)`` in its module): each
+    declared one is read as ``cfg.<name>`` or ``config.<name>`` in its declaring module (those every
+    detector reads, robust z and history, with the detector contract in ``registry.py``), and every
+    such read anywhere in the diagnosis names a declared threshold."""
+    import re
+
+    from moeproxy.diagnose.config import THRESHOLDS
+
+    read = re.compile(r"\b(?:cfg|config)\.([a-z_][a-z0-9_]*)\b")
+    methods = {"to_dict", "from_dict"}
+    everywhere = " ".join(p.read_text() for p in DIAGNOSE.rglob("*.py"))
+    for spec in THRESHOLDS.values():
+        if spec.module == "moeproxy.diagnose.registry":
+            assert spec.name in read.findall(everywhere), spec.name
+            continue
+        path = DIAGNOSE.parent.parent / (spec.module.replace(".", "/") + ".py")
+        if not path.exists():
+            path = path.with_suffix("") / "__init__.py"
+        assert spec.name in read.findall(path.read_text()), (spec.name, spec.module)
+        assert spec.doc.strip(), spec.name
+    for path in DIAGNOSE.rglob("*.py"):
+        unknown = set(read.findall(path.read_text())) - set(THRESHOLDS) - methods
+        assert not unknown, (path.name, sorted(unknown))
+
+
+def test_a_config_is_immutable_validated_and_round_trips():
+    import pytest
+
+    cfg = DiagnoseConfig(kl_factor=5)
+    assert cfg.kl_factor == 5 and DiagnoseConfig.from_dict(cfg.to_dict()) == cfg
+    assert hash(cfg) == hash(DiagnoseConfig(kl_factor=5)) and cfg != DiagnoseConfig()
+    with pytest.raises(AttributeError):
+        cfg.kl_factor = 1
+    with pytest.raises(ValueError, match="unknown key"):
+        DiagnoseConfig(no_such_threshold=1)
+    with pytest.raises(ValueError, match="is_ratio_low must be below is_ratio_high"):
+        DiagnoseConfig(is_ratio_low=3.0)

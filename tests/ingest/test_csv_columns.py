@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moeproxy.errors import InputError
-from moeproxy.ingest import csvfmt, parse_file
+from moeproxy.ingest import parse_file
+from moeproxy.ingest.formats import csvfmt
 from moeproxy.ingest.source import open_source
 
 cells = st.one_of(st.sampled_from(["", " ", "nan", "NaN", "inf", "-inf", "null", "abc", "1e400", "-0", "0x10",

@@ -45,6 +45,8 @@ CASES = {
     "mlx.log": ("text", "unknown", {"loss": {10: 2.345, 20: 2.101}, "lr": {10: 1e-05}, "val loss": {1: 2.901}}),
     "rust_trainer.log": ("text", "unknown", {"loss": {1: 3.21}, "grad_norm": {2: math.nan}, "lr": {1: 3e-4}}),
     "wandb_export.csv": ("wandb-csv", "wandb", {"loss": {1: 0.52, 3: math.nan}, "grad_norm": {1: 1.1, 3: math.inf}}),
+    "wandb_history.parquet": ("parquet", "hf-trainer", {"loss": {0: 2.31, 60: math.nan}, "grad_norm": {50: math.inf},
+                                                         "lr": {20: 1e-05}}),
     "msprobe": ("msprobe-csv", "msprobe", {"decoder.layers.0.mlp.router.weight/norm": {0: 0.5, 1: math.nan}}),
 }
 

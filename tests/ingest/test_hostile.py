@@ -136,7 +136,7 @@ def _megatron_log(path: Path, steps: int) -> None:
 @pytest.mark.parametrize("two_processes", [False, True])
 def test_lines_appended_after_open_are_not_read_and_the_hash_is_of_the_bytes_parsed(tmp_path, monkeypatch,
                                                                                     two_processes):
-    from moeproxy.ingest import megatron
+    from moeproxy.ingest.formats import megatron
 
     monkeypatch.setattr(megatron, "PARALLEL_MIN_BYTES", 0 if two_processes else 1 << 40)
     path = tmp_path / "grow.log"
@@ -155,7 +155,7 @@ def test_lines_appended_after_open_are_not_read_and_the_hash_is_of_the_bytes_par
 @pytest.mark.parametrize("two_processes", [False, True])
 def test_a_log_truncated_replaced_or_rewritten_while_read_is_an_error(tmp_path, monkeypatch, change, says,
                                                                       two_processes):
-    from moeproxy.ingest import megatron
+    from moeproxy.ingest.formats import megatron
 
     monkeypatch.setattr(megatron, "PARALLEL_MIN_BYTES", 0 if two_processes else 1 << 40)
     path = tmp_path / "log.log"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from moeproxy.ingest.jsonl import STEP_KEYS, flatten, split_step
+from moeproxy.ingest.formats.jsonl import STEP_KEYS, flatten, split_step
 
 
 def plain_flatten(obj: dict, prefix: str = "") -> dict:

@@ -1,4 +1,4 @@
-"""verl JSONL read by DuckDB (moeproxy.ingest.jsonl_duckdb) gives exactly what the careful
+"""verl JSONL read by DuckDB (moeproxy.ingest.formats.jsonl_duckdb) gives exactly what the careful
 line-by-line path gives, or hands the file to it: never a third answer."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moeproxy.errors import InputError
-from moeproxy.ingest import ingest_paths, jsonl_duckdb, parse_file
-from moeproxy.ingest.jsonl import parse_verl_jsonl_line_by_line
+from moeproxy.ingest import ingest_paths, parse_file
+from moeproxy.ingest.formats import jsonl_duckdb
+from moeproxy.ingest.formats.jsonl import parse_verl_jsonl_line_by_line
 from moeproxy.ingest.source import open_source
 from moeproxy.store import Store
 

@@ -103,7 +103,7 @@ def test_a_split_tag_names_the_records_metrics(tmp_path):
     # the validation record at the same step does not overwrite the training loss
     assert wide.loc[200, "loss"] == 0.92 and wide.loc[200, "val/loss"] == 3.54  # named as JSON lines name it
     # each tag names the pairs up to the next one, on one line too
-    from moeproxy.ingest.text import pairs_of_split
+    from moeproxy.ingest.formats.text import pairs_of_split
     assert pairs_of_split(" train: loss=1.0, val: loss=2.0, value_loss=0.3") == {
         "loss": 1.0, "val/loss": 2.0, "val/value_loss": 0.3}
 

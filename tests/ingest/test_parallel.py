@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import moeproxy.ingest.megatron as megatron
+import moeproxy.ingest.formats.megatron as megatron
 from moeproxy.ingest import parse_file
 from moeproxy.ingest.source import open_source
 

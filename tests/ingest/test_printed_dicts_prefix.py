@@ -8,7 +8,7 @@ import re
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from moeproxy.ingest.printed_dicts import STEP_PREFIX, step_prefix
+from moeproxy.ingest.formats.printed_dicts import STEP_PREFIX, step_prefix
 
 PIECES = st.sampled_from(["step", "STEP", "Step", "ſtep", "global step", "GLOBAL STEP", "perf", "PERF", "eval", "Eval",
                           "rollout", "ROLLOUT", "roll", "out", "ste", "p", " ", "  ", "12", "3", ":", ": ", "{", "{'a': 1}",

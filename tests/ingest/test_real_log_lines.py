@@ -85,7 +85,7 @@ def test_a_val_split_record_after_the_lookahead_is_still_validation(tmp_path):
     """A file whose first records name no split (a plain training log) and that appends a
     validation record later: the kinds are learned from the first records, but a held-out record
     past them is still a validation record."""
-    from moeproxy.ingest.jsonl import LOOKAHEAD
+    from moeproxy.ingest.formats.jsonl import LOOKAHEAD
 
     train = "".join(json.dumps({"step": s, "loss": 1.0 - s / 1e5}) + "\n" for s in range(LOOKAHEAD + 1))
     wide = parse_file(_write(tmp_path, train + VAL_119)).frame.pivot_table(

@@ -26,7 +26,7 @@ def test_ingesting_jsonl_imports_no_other_command_nor_tensorboard(tmp_path):
     modules = _modules_after_ingest(path, tmp_path / "db.duckdb")
     assert "moeproxy.commands.ingest" in modules
     for absent in ("torch", "transformers", "tensorboard", "google.protobuf", "moeproxy.commands.build",
-                   "moeproxy.proxy", "moeproxy.ingest.event_columns", "pandas"):
+                   "moeproxy.proxy", "moeproxy.ingest.formats.tensorboard.event_columns", "pandas"):
         assert absent not in modules, absent
 
 
@@ -37,7 +37,7 @@ def test_ingesting_tensorboard_needs_no_protobuf_library(tmp_path):
         w.add_scalar("loss", 1.0 / (step + 1), step)
     w.close()
     modules = _modules_after_ingest(tmp_path / "tb", tmp_path / "db.duckdb")
-    assert "moeproxy.ingest.event_columns" in modules
+    assert "moeproxy.ingest.formats.tensorboard.event_columns" in modules
     for absent in ("torch", "tensorboard", "google.protobuf", "tensorboardX", "moeproxy.commands.build", "pandas"):
         assert absent not in modules, absent
 

@@ -1,4 +1,4 @@
-"""TensorBoard event files read in bulk (moeproxy.ingest.tfrecord, event_columns): the same values,
+"""TensorBoard event files read in bulk (moeproxy.ingest.formats.tensorboard.tfrecord, event_columns): the same values,
 steps and wall times as TensorBoard's own EventAccumulator on every writer's layout, and as the
 protobuf library on any Event the bulk decoder is given (including the ones it leaves to the
 careful path); checksums, cut records and restarts as the README promises."""
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from moeproxy.errors import InputError
 from moeproxy.ingest import ingest_paths, parse_file
-from moeproxy.ingest.crc32c import crc32c, crc32c_equal_length, crc32c_long, masked
+from moeproxy.ingest.formats.tensorboard.crc32c import crc32c, crc32c_equal_length, crc32c_long, masked
 from moeproxy.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -165,7 +165,7 @@ def test_a_run_directory_of_several_files_is_one_run_with_the_restart_as_an_atte
 
 def _reference(path: Path) -> list[tuple[int, float, str, float]]:
     """(step, wall, tag, value) of every scalar, one event at a time with protobuf."""
-    from moeproxy.ingest.event_columns import scalar_of
+    from moeproxy.ingest.formats.tensorboard.event_columns import scalar_of
 
     data = path.read_bytes()
     out, at = [], 0
@@ -321,7 +321,7 @@ def test_a_cut_last_record_is_named_and_whole_records_are_kept(tmp_path):
 @pytest.mark.parametrize("window", [64, 1000, 1 << 20])
 def test_windows_of_any_size_read_the_same_records(tmp_path, monkeypatch, window):
     """Records cut by a window's end, and records longer than a window (a graph), read the same."""
-    from moeproxy.ingest import tfrecord
+    from moeproxy.ingest.formats.tensorboard import tfrecord
 
     monkeypatch.setattr(tfrecord, "WINDOW", window)
     evs = []

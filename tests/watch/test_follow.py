@@ -181,7 +181,7 @@ def test_a_restart_takes_up_each_file_where_it_was(tmp_path):
 def test_what_the_watcher_knows_of_a_format_is_a_field_of_the_format(tmp_path, monkeypatch):
     """A format added with two header lines is followed with both put in front of every later chunk,
     and one declared a whole document is refused: the watcher holds no list of format names."""
-    from moeproxy.ingest.csvfmt import parse_csv
+    from moeproxy.ingest.formats.csvfmt import parse_csv
     from moeproxy.ingest.registry import FORMATS, LogFormat
 
     def sniff(src):

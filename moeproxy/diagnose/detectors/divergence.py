@@ -15,13 +15,27 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import find_departures, fmt, log10_positive
 from moeproxy.diagnose.semantics import startup_end_step
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    grad_norm_factor=(3.0, "sustained grad-norm level rise that counts as divergence"),
+    loss_factor=(1.25, "sustained positive-loss level rise that counts as divergence"),
+    loss_rise_over_best=(2.0, "loss above this multiple of its best so far, for good: divergence"),
+    rise_scale_share=(0.05, "... and by at least this share of the level it ran at before (90th percentile)"),
+    grad_blowup_factor=(100.0, "LABELS.md: grad norm x100 of the run's median, repeatedly"),
+    blowup_cluster_records=(10, "a repeated blow-up dates from three blown-up records within this many"),
+    policy_loss_floor=(10.0, "an RL policy loss (O(1) when clipped over normalised advantages) this large has blown up"),
+    validation_rise=(1.25, "a validation loss that rose less than this did not see a train-loss jump"),
+    large_spike=(10.0, "Megatron's SPIKY_LOSS_FACTOR: a spike that may have done damage"),
+    huge_spike=(100.0, "a record this many times the median before it: a blow-up on sight"),
+    zero_advantage=(0.01, "RL grad norms below this share of the usual level: equal-reward groups"),
+)
 
 RULES = declare(DIVERGENCE, {
     "rise_over_best": "the loss above twice its best so far, for good",

@@ -14,13 +14,18 @@ from __future__ import annotations
 import numpy as np
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    entropy_floor_fraction=(0.15, "policy entropy below this share of its start: collapsed (LABELS.md: 10-20 %)"),
+    entropy_blowup_factor=(3.0, "LABELS.md: entropy x3 or more and staying: the policy blew up"),
+)
 
 RULES = declare(DIVERGENCE, {
     "entropy_blowup": "policy entropy x3 or more and staying: the policy blew up toward uniform output",

@@ -13,12 +13,28 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, quarter_count
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, VANISHING_GRADIENT, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    vanishing_fraction=(1e-3, "grad norm below this share of its usual level: no effective update"),
+    vanishing_min_records=(5, "records the grad norm stays ~0 (or the loss repeats) before it counts"),
+    lr_decayed_share=(0.01, "an lr this small a share of its peak before it reads 0: the schedule's end"),
+    usual_zero_share=(0.5, "grad norms ~0 on more records than this: zero is the run's usual value"),
+    empty_update_share=(0.8, "RL updates with a loss exactly 0 on this share of records: nothing is learned"),
+    same_value=(1e-6, "relative agreement at which two printed losses are the same number"),
+    min_digits=(4, "significant digits a repeated loss must show to mean a frozen loss"),
+    never_learned_records=(20, "records from the run's start over which a loss that never moves never learned"),
+    never_learned_band=(0.02, "... its 5-95 % range within this share of its level"),
+    never_learned_trend=(0.01, "... or, noisier, its first and last quarters' medians this close"),
+    never_learned_noisy_band=(0.10, "... with its 5-95 % range within this share of its level"),
+    uniform_classes=(100, "a loss frozen at ln(k), k up to this: a uniform guess over k outcomes"),
+    uniform_tolerance=(1e-3, "... to within this (absolute, in nats)"),
+)
 
 RULES = declare(VANISHING_GRADIENT, {
     "grad_norm_vanished": "grad norm ~0 for the rest of the run",

@@ -11,13 +11,20 @@ from __future__ import annotations
 import numpy as np
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    kl_factor=(10.0, "new-vs-old KL rise (times its early level) that counts, staying"),
+    kl_ref_blowup=(100.0, "LABELS.md: KL to the reference x100 over its early level and staying"),
+    kl_floor=(0.05, "new-vs-old KL (ppo_kl): ~1.5x a target of 0.01 is already large"),
+    kl_ref_floor=(0.1, "KL to the reference grows from 0 by design; only large values count"),
+)
 
 RULES = declare(DIVERGENCE, {
     "kl_rise": "new-vs-old KL (or KL to the reference) 10x its median and staying",

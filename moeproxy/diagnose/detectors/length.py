@@ -10,13 +10,23 @@ from __future__ import annotations
 import numpy as np
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, LENGTH_BLOWUP, WARNING, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    length_factor=(2.0, "response length rise (times its early level) that counts, staying"),
+    truncation_limit=(0.1, "share of responses cut at the length cap that is already large"),
+    cap_from_start_share=(0.1, "responses at the length cap from within this share of the records: the cap is short"),
+    pinned_records=(3, "records at the length cap, to the end, that make a runaway"),
+    pinned_share=(0.8, "share of the records from the onset on that sit at the cap"),
+    length_grad_factor=(3.0, "grad norm this far above its median before a pin: the update blew up too"),
+    length_mean_rise=(1.25, "mean length over a pin against before it: answers lengthen overall"),
+)
 
 RULES = declare(LENGTH_BLOWUP, {
     "length_pinned": "the longest response at the generation cap to the end, the mean length up",

@@ -19,13 +19,24 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
 from moeproxy.diagnose.semantics import is_validation_loss, loss_printed_zero_throughout, startup_end_step
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, OVERFLOW, WARNING, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    saturation_abs=(1e10, "msprobe AnomalyNan magnitude threshold"),
+    fp16_max=(65504.0, "the largest finite fp16 value: a loss or grad norm above it cannot be fp16"),
+    loss_scale_window=(1000, "Megatron default: growth/halving window (iterations)"),
+    loss_scale_collapse_halvings=(3, "halvings of the loss scale below its start-up search that make a collapse"),
+    storm_records=(3, "consecutive iterations skipped for overflow after start-up: a storm"),
+    skipped_share=(0.25, "non-finite grad norms on more records than this are no longer occasional"),
+    converged_share=(0.01, "a loss already below this share of its median before it printed 0.0 converged"),
+    zero_loss_records=(2, "a loss exactly 0 to the end after being positive, for this many records"),
+)
 
 RULES = declare(OVERFLOW, {
     "nonfinite_value": "loss or grad norm inf/NaN after being finite (or the loss from its first record)",

@@ -13,13 +13,23 @@ from __future__ import annotations
 import numpy as np
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, constraint, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, PRECISION_MISMATCH, WARNING, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    logprob_diff_limit=(0.01, "verl FAQ: > 0.01 = inference precision issue"),
+    logprob_diff_growth=(3.0, "the train/rollout log-prob gap growing this many times over its early level"),
+    is_ratio_low=(0.5, "rollout importance-ratio mean below this: outside verl's IS window"),
+    is_ratio_high=(2.0, "rollout importance-ratio mean above this: outside verl's IS window"),
+    mismatch_kl_limit=(2e-3, "train-vs-rollout KL: 1e-3 acceptable, MoE ~1.5e-3 (R3)"),
+    flat_gap_factor=(2.0, "a flat train/rollout gap this many times its limit from the start"),
+)
+constraint(lambda c: c.is_ratio_low < c.is_ratio_high, "is_ratio_low must be below is_ratio_high")
 
 RULES = declare(PRECISION_MISMATCH, {
     "logprob_diff": "trainer-vs-rollout log-prob gap growing past its limit and staying",

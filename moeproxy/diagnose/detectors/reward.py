@@ -11,13 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, REWARD_COLLAPSE, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    reward_drop_fraction=(0.5, "share of the gained reward lost, sustained"),
+    eval_drop_share=(0.4, "an evaluation score that loses this share of its early level for good"),
+    eval_min_drop=(0.1, "... and at least this much (scores in [0, 1]): a reward collapse"),
+)
 
 RULES = declare(REWARD_COLLAPSE, {
     "reward_drop": "the reward falls by at least half its gain and stays down",

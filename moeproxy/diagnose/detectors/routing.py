@@ -16,13 +16,19 @@ import re
 import numpy as np
 
 from moeproxy.diagnose import evidence as ev
-from moeproxy.diagnose.config import DiagnoseConfig
+from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, ROUTING_COLLAPSE, Finding
 from moeproxy.diagnose.rules import declare
+
+thresholds(
+    routing_entropy_drop=(0.30, "router entropy drop, as a share of its early level, that makes a collapse"),
+    load_imbalance_factor=(2.0, "max/mean expert load rise (times its early level) that makes a collapse"),
+    aux_loss_factor=(1.5, "load-balancing loss rise (times its early level; ~1 when balanced)"),
+)
 
 RULES = declare(ROUTING_COLLAPSE, {
     "routing_entropy_drop": "router entropy down 30% of its early level and staying",

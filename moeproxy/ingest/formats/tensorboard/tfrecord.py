@@ -3,7 +3,7 @@
 ``record_windows(src)`` reads the file in windows of whole records (bounded memory) and yields, for
 each window, the bytes as a uint8 array, the offset of the window in the file, and the start and
 length of each record's data in it. Every record is checked (both checksums, in bulk:
-``moeproxy.ingest.crc32c``) before its window is yielded; a bad checksum is an error naming the
+``moeproxy.ingest.formats.tensorboard.crc32c``) before its window is yielded; a bad checksum is an error naming the
 record's file offset. A last record cut short (a file still being written, or cut by a crash) is
 dropped with a warning naming its offset, and the sha256 recorded is that of the whole records.
 
@@ -21,7 +21,7 @@ import struct
 import numpy as np
 
 from moeproxy.errors import InputError
-from moeproxy.ingest.crc32c import crc32c, crc32c_equal_length, crc32c_long, masked
+from moeproxy.ingest.formats.tensorboard.crc32c import crc32c, crc32c_equal_length, crc32c_long, masked
 from moeproxy.ingest.source import SourceFile, _RangeReader
 
 WINDOW = 32 << 20  # bytes read at a time (a longer record gets a window of its own)

@@ -299,4 +299,4 @@ def sniff_tables(src: SourceFile) -> float:
 
 register(LogFormat("table", "tables people paste: markdown (vertical or steps as columns, 'a / b' arms), "
                    "aligned columns with a header, headerless step-value pairs, one value per line",
-                   sniff_tables, parse_tables, top_score=0.35, appendable=False))
+                   sniff_tables, parse_tables, top_score=0.35, appendable=False, priority=80))

@@ -176,4 +176,4 @@ def sniff_csv(src: SourceFile) -> float:
 
 
 register(LogFormat("csv", "CSV/TSV tables: W&B exports, msprobe monitor CSVs, generic step tables",
-                   sniff_csv, parse_csv, top_score=0.9, header_lines=1))
+                   sniff_csv, parse_csv, top_score=0.9, header_lines=1, priority=60))

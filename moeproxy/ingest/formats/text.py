@@ -356,4 +356,4 @@ def sniff_text(src: SourceFile) -> float:
 
 
 register(LogFormat("text", "generic text log: a step counter plus key: value / key=value / key value pairs",
-                   sniff_text, parse_text, top_score=0.4))
+                   sniff_text, parse_text, top_score=0.4, priority=70))

@@ -18,7 +18,7 @@ from moeproxy.ingest.prefixes import rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
-from moeproxy.ingest.text import TQDM
+from moeproxy.ingest.formats.text import TQDM
 from moeproxy.ingest.values import parse_number
 
 DICT = re.compile(r"\{\s*['\"][^'\"]+['\"]\s*:.*\}")
@@ -145,4 +145,4 @@ def sniff_printed_dicts(src: SourceFile) -> float:
 
 register(LogFormat("printed-dicts", "printed Python dicts: HF Trainer/TRL console, OpenRLHF "
                    "'Global step N: {...}', slime 'step N: {...}'", sniff_printed_dicts, parse_printed_dicts,
-                   top_score=0.75))
+                   top_score=0.75, priority=40))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moeproxy.errors import InputError
-from moeproxy.ingest.tfrecord import read_at
+from moeproxy.ingest.formats.tensorboard.tfrecord import read_at
 
 
 @dataclass

@@ -129,7 +129,7 @@ def _json_lines(src: SourceFile):
 
 
 def parse_verl_jsonl(src: SourceFile) -> ParsedLog:
-    from moeproxy.ingest.jsonl_duckdb import read_verl_jsonl
+    from moeproxy.ingest.formats.jsonl_duckdb import read_verl_jsonl
 
     columns = read_verl_jsonl(src)  # DuckDB's reader; None: a file only the careful path below reads exactly
     if columns is not None:
@@ -344,10 +344,10 @@ def sniff_json_records(src: SourceFile) -> float:
 
 
 register(LogFormat("verl-jsonl", "verl file logger: {\"step\": N, \"data\": {...}} per line",
-                   sniff_verl_jsonl, parse_verl_jsonl, top_score=0.95))
+                   sniff_verl_jsonl, parse_verl_jsonl, top_score=0.95, priority=10))
 register(LogFormat("hf-trainer-state", "Hugging Face Trainer / TRL trainer_state.json (log_history)",
-                   sniff_trainer_state, parse_trainer_state, top_score=0.97, appendable=False))
+                   sniff_trainer_state, parse_trainer_state, top_score=0.97, appendable=False, priority=11))
 register(LogFormat("jsonl", "JSON lines of flat or nested metric dicts (step key or record index)",
-                   sniff_jsonl, parse_jsonl, top_score=0.8))
+                   sniff_jsonl, parse_jsonl, top_score=0.8, priority=12))
 register(LogFormat("json-records", "a JSON array of metric records", sniff_json_records, parse_json_records,
-                   top_score=0.6, appendable=False))
+                   top_score=0.6, appendable=False, priority=13))

@@ -323,6 +323,6 @@ def sniff_mindspeed_rl(src: SourceFile) -> float:
 
 
 register(LogFormat("megatron", "Megatron-LM / MindSpeed-LLM / Megatron-DeepSpeed iteration lines, "
-                   "DeepSpeed OVERFLOW lines", sniff_megatron, parse_megatron, top_score=0.9))
+                   "DeepSpeed OVERFLOW lines", sniff_megatron, parse_megatron, top_score=0.9, priority=30))
 register(LogFormat("mindspeed-rl", "MindSpeed-RL: iteration: i / n | key : value | ...",
-                   sniff_mindspeed_rl, parse_mindspeed_rl, top_score=0.9))
+                   sniff_mindspeed_rl, parse_mindspeed_rl, top_score=0.9, priority=31))

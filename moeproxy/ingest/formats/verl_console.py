@@ -53,4 +53,4 @@ def sniff_verl_console(src: SourceFile) -> float:
 
 
 register(LogFormat("verl-console", "verl console logger: step:N - key:value - ...",
-                   sniff_verl_console, parse_verl_console, top_score=0.9))
+                   sniff_verl_console, parse_verl_console, top_score=0.9, priority=20))

@@ -65,4 +65,4 @@ def sniff_golden_values(src: SourceFile) -> float:
 
 register(LogFormat("megatron-golden", "Megatron-LM functional-test golden values "
                    "({metric: {start_step, end_step, step_interval, values: {step: value}}})",
-                   sniff_golden_values, parse_golden_values, top_score=0.9, appendable=False))
+                   sniff_golden_values, parse_golden_values, top_score=0.9, appendable=False, priority=90))

@@ -2,8 +2,8 @@
 loop over events.
 
 The TFRecord framing and both checksums of every record are checked in bulk
-(``moeproxy.ingest.tfrecord``); the ``Event`` protobufs are decoded column-wise with numpy
-(``moeproxy.ingest.event_columns``), with the ``protobuf`` library as the careful path for what the
+(``moeproxy.ingest.formats.tensorboard.tfrecord``); the ``Event`` protobufs are decoded column-wise with numpy
+(``moeproxy.ingest.formats.tensorboard.event_columns``), with the ``protobuf`` library as the careful path for what the
 bulk decoder does not settle. Scalars come either as ``simple_value`` (tensorboardX, TF1 summaries,
 torch's default, Megatron's writer) or as 0-d tensors (TF2 / torch ``new_style``, float or
 double); both are read, NaN and +-inf kept. Each event keeps its step and wall time; a run
@@ -22,11 +22,11 @@ import numpy as np
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
-from moeproxy.ingest.tfrecord import record_windows
+from moeproxy.ingest.formats.tensorboard.tfrecord import record_windows
 
 
 def parse_tensorboard(src: SourceFile) -> ParsedLog:
-    from moeproxy.ingest.event_columns import decode_window
+    from moeproxy.ingest.formats.tensorboard.event_columns import decode_window
     from moeproxy.ingest.preload import import_in_background
     from moeproxy.ingest.table import build_columns
 
@@ -63,4 +63,4 @@ def sniff_tensorboard(src: SourceFile) -> float:
 
 
 register(LogFormat("tensorboard", "TensorBoard event files (scalars)", sniff_tensorboard, parse_tensorboard,
-                   binary=True, top_score=0.99))
+                   binary=True, top_score=0.99, priority=50))
