@@ -99,18 +99,10 @@ def selected_run(runs_table: pd.DataFrame, key: str, label: str = "Run", roles: 
     return choice
 
 
-LIVE_SECONDS = 60  # a run a watcher stored rows of within this long is shown as live
-
-
 @st.cache_data(ttl=2, max_entries=8, show_spinner=False)
 def live_runs(db: str) -> frozenset[str]:
-    """The runs a ``moeproxy watch`` stored rows of in the last ``LIVE_SECONDS``."""
-    watched = Store(db).watched_runs()
-    if watched.empty:
-        return frozenset()
-    now = pd.Timestamp.now(tz="UTC")
-    last = pd.to_datetime(watched["last_update"], utc=True)
-    return frozenset(watched.loc[(now - last).dt.total_seconds() <= LIVE_SECONDS, "run"])
+    """The runs a watcher is adding to (``Store.live_runs``: rows stored in the last minute)."""
+    return Store(db).live_runs()
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)

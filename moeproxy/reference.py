@@ -155,3 +155,30 @@ def verdict_metric(result: dict) -> str | None:
     if result.get("verdict") in (None, "healthy"):
         return None
     return next((f.get("metric") for f in result.get("findings", []) if f.get("category") == result["verdict"]), None)
+
+
+BAND_BINS = 50  # bins along the fraction of a run
+MIN_BAND_RUNS = 3  # a bin's 5-95 % band of one or two runs is those runs' lines, not what is normal
+
+
+def band_bins(by: str, span: tuple[int, int]) -> int:
+    """How to bin a run's reference band: ``BAND_BINS`` along the fraction of a run; by step, bins a
+    power of ten wide, at most about 1,000 over the run's steps so far (a width that changes only
+    tenfold as a live run grows, so its refreshes reuse a cached band)."""
+    if by == "fraction":
+        return BAND_BINS
+    return 10 ** int(np.log10(max(1, span[1] // 100)))
+
+
+def bands_to_draw(bands: dict[str, pd.DataFrame], by: str, span: tuple[int, int], bins: int) -> dict[str, pd.DataFrame]:
+    """The part of each metric's band a view draws: by step, over this run's steps so far (one bin
+    either side), not the reference runs' whole length; only bins of ``MIN_BAND_RUNS`` runs or more;
+    metrics left with no bin dropped."""
+    out = {}
+    for metric, band in bands.items():
+        if by == "step":
+            band = band[(band["position"] >= span[0] - bins) & (band["position"] <= span[1] + bins)]
+        band = band[band["runs"] >= MIN_BAND_RUNS]
+        if not band.empty:
+            out[metric] = band
+    return out

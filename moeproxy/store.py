@@ -49,6 +49,7 @@ pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no
 SCHEMA_VERSION = 3  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), sources.bytes (bytes parsed);
 # 3: watch_files (how far `moeproxy watch` read each file, committed with its rows) and alerts
 ATTEMPT_MAX = 2**31 - 1
+LIVE_SECONDS = 60  # a run a watcher stored rows of within this long is live
 
 _SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
@@ -543,6 +544,16 @@ class Store:
         with self.read() as con:
             return con.execute("SELECT r.name AS run, max(w.updated_at) AS last_update FROM watch_files w "
                                "JOIN runs r USING (run_id) GROUP BY r.name ORDER BY r.name").df()
+
+    def live_runs(self, seconds: float = LIVE_SECONDS) -> frozenset[str]:
+        """The runs a ``moeproxy watch`` stored rows of in the last ``seconds``: what "live" means
+        wherever a run is shown (the dashboard's badge and refresh)."""
+        watched = self.watched_runs()
+        if watched.empty:
+            return frozenset()
+        now = pd.Timestamp.now(tz="UTC")
+        last = pd.to_datetime(watched["last_update"], utc=True)
+        return frozenset(watched.loc[(now - last).dt.total_seconds() <= seconds, "run"])
 
     def set_role(self, run: str, role: str, proxy_of: str | None = None) -> None:
         """Mark a run full/proxy/other; a proxy may name the full run it stands in for."""

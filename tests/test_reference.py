@@ -77,3 +77,18 @@ def test_diagnose_json_says_where_the_verdicts_metric_sits_among_healthy_runs(st
     healthy = json.loads(subprocess.run([sys.executable, "-m", "moeproxy", "diagnose", "ok1", "--json", "--db",
                                          str(tmp_path / "runs.duckdb")], capture_output=True, text=True).stdout)
     assert healthy["verdict"] == "healthy" and healthy["normal"] is None
+
+
+def test_the_band_a_view_draws_is_binned_trimmed_to_the_run_and_needs_three_runs():
+    import pandas as pd
+
+    from moeproxy.reference import BAND_BINS, MIN_BAND_RUNS, band_bins, bands_to_draw
+
+    assert band_bins("fraction", (0, 10**6)) == BAND_BINS
+    assert [band_bins("step", (0, end)) for end in (50, 999, 1_000, 25_000, 10**6)] == [1, 1, 10, 100, 10_000]
+    band = pd.DataFrame({"position": [0, 100, 200, 300, 900], "median": 1.0, "p05": 0.5, "p95": 1.5,
+                         "runs": [MIN_BAND_RUNS, MIN_BAND_RUNS - 1, 5, 4, 6]})
+    drawn = bands_to_draw({"loss": band, "kl": band.assign(runs=1)}, "step", (0, 250), 100)
+    assert list(drawn) == ["loss"]  # a band of fewer runs than MIN_BAND_RUNS everywhere is not drawn
+    assert drawn["loss"]["position"].tolist() == [0, 200, 300]  # thin bin out, beyond the run's span (+1 bin) out
+    assert bands_to_draw({"loss": band}, "fraction", (0, 250), 50)["loss"]["position"].tolist() == [0, 200, 300, 900]

@@ -8,8 +8,6 @@ so a link opened in a fresh browser shows the same run, metrics and zoom."""
 
 from __future__ import annotations
 
-import math
-
 import streamlit as st
 
 from dashboard import queries
@@ -19,6 +17,7 @@ from dashboard.view_state import url_float, url_list, url_range, url_text, write
 from moeproxy.diagnose.record import diagnose_and_record, findings_are_stale
 from moeproxy.diagnose.render import cited_metrics, headline
 from moeproxy.figures import LOG_AXIS_METRICS, TRIAGE_PANELS, findings_rows, heatmap_figure, triage_figure
+from moeproxy.reference import MIN_BAND_RUNS, band_bins, bands_to_draw
 from moeproxy.vocabulary import LAYER_PREFIX
 
 st.title("Triage")
@@ -101,8 +100,6 @@ write_url(run=run, metrics=",".join(panels), zoom=f"{lo}-{hi}" if zoom else None
           smooth=f"{smoothing:g}" if smoothing else None, x=x_axis if x_axis != "step" else None,
           log=",".join(log_panels))
 
-BAND_BINS = 50
-MIN_BAND_RUNS = 3  # runs a bin needs before its band is drawn
 comparable = queries.comparable_runs(db, version, run)
 with st.expander("Reference band: what healthy runs like this one look like", expanded=False):
     b1, b2 = st.columns([1, 2])
@@ -135,17 +132,9 @@ def run_view() -> None:
     span = queries.step_range(db, now, run, tuple(panels))
     bands = None
     if show_band and references and span and x_axis == "step":
-        # by step: bins a power of ten wide, at most 1,000 of them over this run's steps so far (a
-        # width that changes only tenfold, so a live run's refreshes reuse the cached band)
-        width = 10 ** int(math.log10(max(1, span[1] // 100)))
-        bands = queries.reference_bands(db, tuple(references), run, tuple(panels), band_by,
-                                        BAND_BINS if band_by == "fraction" else width)
-        if band_by == "step":  # the band over this run's steps so far, not the reference runs' whole length
-            bands = {m: b[(b["position"] >= span[0] - width) & (b["position"] <= span[1] + width)]
-                     for m, b in bands.items()}
-        # a 5-95 % band of one or two runs is those runs' lines, not what is normal
-        bands = {m: b[b["runs"] >= MIN_BAND_RUNS] for m, b in bands.items()}
-        bands = {m: b for m, b in bands.items() if not b.empty}
+        bins = band_bins(band_by, span)
+        bands = bands_to_draw(queries.reference_bands(db, tuple(references), run, tuple(panels), band_by, bins),
+                              band_by, span, bins)
     if x_axis == "wall_time":
         series = series.merge(queries.step_times(db, now, run, tuple(panels)), on="step", how="left")
     fig = triage_figure(series, panels, findings, smoothing=smoothing or None, bands=bands,
