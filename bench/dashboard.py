@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moeproxy import downsample
-from moeproxy.downsample import layer_heatmap, m4_series, metric_names
+from moeproxy.store import downsample
+from moeproxy.store.downsample import layer_heatmap, m4_series, metric_names
 from moeproxy.store import GLOBAL_RANK, Store
 
 OUT = Path(__file__).resolve().parent / "out"

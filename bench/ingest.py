@@ -341,7 +341,7 @@ def check_against_duckdb(ours: Path, reference: Path, skip_metrics=()) -> str:
 
 def series_read_ms(db: Path, table: str, where: str = "") -> float:
     """Median milliseconds to read one series (step, value) of a stored table as the dashboard reads
-    it (``moeproxy.downsample``): an equality filter on the metric within the metric's row-id range,
+    it (``moeproxy.store.downsample``): an equality filter on the metric within the metric's row-id range,
     the ranges read first with one GROUP BY (the dashboard keeps them per run; not timed). DuckDB
     keeps a string column's min and max only to a prefix (``perf/metric_`` of ``perf/metric_042``),
     so the metric filter alone skips no row group when names share one; the row-id range skips every

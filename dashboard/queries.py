@@ -3,7 +3,7 @@ data version, so a cache entry is reused until an ingest, a deletion or a diagno
 store (the version counter goes up) and never leaks between stores (tests, ``--db``).
 
 The store opens and closes the DuckDB file per operation, so ``moeproxy ingest`` and jobs can use
-the same file while the dashboard is up. No SQL here: the store and ``moeproxy.downsample`` own it.
+the same file while the dashboard is up. No SQL here: the store and ``moeproxy.store.downsample`` own it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def runs(db: str, version: int) -> pd.DataFrame:
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def metrics(db: str, version: int, run: str) -> list[str]:
-    from moeproxy.downsample import metric_names
+    from moeproxy.store.downsample import metric_names
 
     return metric_names(Store(db), run)
 
@@ -56,14 +56,14 @@ def run_info(db: str, version: int, run: str) -> dict:
 @st.cache_data(ttl=600, max_entries=256, show_spinner=False)
 def m4(db: str, version: int, run: str, metrics: tuple[str, ...], lo: int | None, hi: int | None,
        buckets: int) -> pd.DataFrame:
-    from moeproxy.downsample import m4_series
+    from moeproxy.store.downsample import m4_series
 
     return m4_series(Store(db), run, list(metrics), lo, hi, buckets)
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def step_range(db: str, version: int, run: str, metrics: tuple[str, ...]) -> tuple[int, int] | None:
-    from moeproxy.downsample import step_range as _step_range
+    from moeproxy.store.downsample import step_range as _step_range
 
     return _step_range(Store(db), run, list(metrics))
 
@@ -77,7 +77,7 @@ def comparable_runs(db: str, version: int, run: str) -> list[str]:
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def heatmap(db: str, version: int, run: str, lo: int | None, hi: int | None) -> pd.DataFrame:
-    from moeproxy.downsample import layer_heatmap
+    from moeproxy.store.downsample import layer_heatmap
 
     return layer_heatmap(Store(db), run, lo=lo, hi=hi)
 
@@ -121,14 +121,14 @@ def reference_bands(db: str, references: tuple[str, ...], run: str, metrics: tup
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def has_wall_time(db: str, version: int, run: str) -> bool:
-    from moeproxy.downsample import has_wall_time as _has
+    from moeproxy.store.downsample import has_wall_time as _has
 
     return _has(Store(db), run)
 
 
 @st.cache_data(ttl=600, max_entries=64, show_spinner=False)
 def step_times(db: str, version: int, run: str, metrics: tuple[str, ...]) -> pd.DataFrame:
-    from moeproxy.downsample import step_times as _step_times
+    from moeproxy.store.downsample import step_times as _step_times
 
     return _step_times(Store(db), run, list(metrics))
 

@@ -1,7 +1,7 @@
 """Figures and colours that the dashboard and the HTML report both draw: plain data in, plotly
 figures (or colour names) out. Pages and the report only place them.
 
-No Streamlit and no SQL here: every function takes the frames that ``moeproxy.downsample`` returns
+No Streamlit and no SQL here: every function takes the frames that ``moeproxy.store.downsample`` returns
 (long form: metric, step, value, attempt, latest, kind) and the findings dict of
 ``moeproxy.diagnose``, so tests call them directly and the report reuses them.
 

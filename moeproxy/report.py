@@ -136,7 +136,7 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
     """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
     from moeproxy.diagnose.render import cited_metrics
     from moeproxy.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
-    from moeproxy.downsample import layer_heatmap, m4_series, metric_names
+    from moeproxy.store.downsample import layer_heatmap, m4_series, metric_names
     from moeproxy.vocabulary import LAYER_PREFIX
 
     info = store.run_info(run)  # NotFound names the known runs

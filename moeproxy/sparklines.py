@@ -1,6 +1,6 @@
 """Sparklines: a run's loss and grad norm as small SVG pictures, for the Runs page's glance.
 
-``run_sparklines(store, runs)`` reads each run's series downsampled by ``moeproxy.downsample.m4_series``
+``run_sparklines(store, runs)`` reads each run's series downsampled by ``moeproxy.store.downsample.m4_series``
 (M4: first, last, min and max per bucket, so a spike survives; the latest attempt of each step)
 and draws each as a ``sparkline_svg``: a polyline through the finite points, and a red tick at the
 top for each step holding a NaN or an infinity (non-finite values are never dropped from a picture).
@@ -45,7 +45,7 @@ def sparkline_svg(points: pd.DataFrame, width: int = WIDTH, height: int = HEIGHT
 def run_sparklines(store, runs: list[str], metrics: tuple[str, ...] = SPARK_METRICS,
                    buckets: int = 30) -> dict[str, dict[str, str | None]]:
     """run -> metric -> SVG (None when the run has no such series), one store open for all."""
-    from moeproxy.downsample import m4_series
+    from moeproxy.store.downsample import m4_series
 
     out: dict[str, dict[str, str | None]] = {}
     with store.held():

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from moeproxy.downsample import has_wall_time, layer_heatmap, m4_series, step_range, step_times
+from moeproxy.store.downsample import has_wall_time, layer_heatmap, m4_series, step_range, step_times
 from moeproxy.errors import NotFound
 from moeproxy.store import GLOBAL_RANK, Store
 
@@ -125,7 +125,7 @@ def test_unknown_run_and_empty_request(store):
 
 
 def test_series_row_id_index_gives_the_same_answer_and_survives_stale_ranges(tmp_path, monkeypatch):
-    from moeproxy import downsample
+    from moeproxy.store import downsample
 
     monkeypatch.setattr(downsample, "SERIES_INDEX_MIN_ROWS", 0)
     store = Store(tmp_path / "runs.duckdb")

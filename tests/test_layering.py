@@ -158,7 +158,7 @@ FLOORS = (
     ("errors", "vocabulary", "columns", "units", "terminal", "registry", "contracts", "lazy", "json_lines", "pids",
      "outputs", "devices"),
     ("ingest", "store"),
-    ("diagnose", "downsample", "allowed_paths"),
+    ("diagnose", "allowed_paths"),
     ("fidelity", "watch", "sparklines", "figures", "proxy", "reference"),
     ("jobs", "repro", "report", "demo"),
     ("commands",),

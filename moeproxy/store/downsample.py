@@ -27,7 +27,9 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from moeproxy.store import GLOBAL_RANK, Store, series_sql
+from moeproxy.contracts import GLOBAL_RANK
+from moeproxy.store.database import Store
+from moeproxy.store.series import series_sql
 
 DEFAULT_BUCKETS = 1000
 DEFAULT_MAX_NONFINITE = 5000

@@ -1,0 +1,50 @@
+"""The run database's tables (``_SCHEMA``), its schema version and where the file lives by default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+
+SCHEMA_VERSION = 3  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), sources.bytes (bytes parsed);
+# 3: watch_files (how far `moeproxy watch` read each file, committed with its rows) and alerts
+ATTEMPT_MAX = 2**31 - 1
+
+_SCHEMA = """
+CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
+CREATE SEQUENCE IF NOT EXISTS source_id_seq START 1;
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id INTEGER PRIMARY KEY, name VARCHAR UNIQUE NOT NULL, role VARCHAR NOT NULL,
+    proxy_of VARCHAR, framework VARCHAR, format VARCHAR, created_at TIMESTAMPTZ, meta JSON);
+CREATE TABLE IF NOT EXISTS sources (
+    source_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, path VARCHAR, sha256 VARCHAR NOT NULL,
+    format VARCHAR, framework VARCHAR, rows BIGINT, steps BIGINT, metrics INTEGER, nonfinite BIGINT,
+    attempts INTEGER, skipped_lines BIGINT, step_from_index BOOLEAN, ingested_at TIMESTAMPTZ, bytes BIGINT);
+CREATE TABLE IF NOT EXISTS metric_names (run_id INTEGER NOT NULL, metric VARCHAR NOT NULL, original VARCHAR NOT NULL);
+CREATE TABLE IF NOT EXISTS scalars (
+    run_id INTEGER NOT NULL, metric VARCHAR NOT NULL, step BIGINT NOT NULL, value DOUBLE,
+    attempt INTEGER NOT NULL, rank INTEGER NOT NULL, wall_time DOUBLE, source_id INTEGER);
+CREATE TABLE IF NOT EXISTS routing (
+    run_id INTEGER NOT NULL, step BIGINT NOT NULL, layer INTEGER NOT NULL, expert INTEGER NOT NULL,
+    load DOUBLE, attempt INTEGER NOT NULL, source_id INTEGER);
+CREATE TABLE IF NOT EXISTS findings (
+    run_id INTEGER NOT NULL, detector_version VARCHAR, created_at TIMESTAMPTZ, verdict VARCHAR,
+    onset_step BIGINT, result JSON);
+""" + """
+CREATE TABLE IF NOT EXISTS watch_files (
+    source_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, path VARCHAR NOT NULL, device UBIGINT, inode UBIGINT,
+    position BIGINT NOT NULL, lines BIGINT NOT NULL, format VARCHAR, header BLOB, index_base BIGINT NOT NULL,
+    updated_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS alerts (
+    run_id INTEGER NOT NULL, verdict VARCHAR NOT NULL, onset_step BIGINT, raised_at TIMESTAMPTZ, alert JSON);
+"""
+
+
+def default_db_path() -> Path:
+    env = os.environ.get("MOEPROXY_DB")
+    if env:
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "moeproxy" / "runs.duckdb"
