@@ -450,12 +450,3 @@ def _root_only(findings: dict | None) -> dict | None:
     root = [f for f in findings.get("findings", [])
             if f["category"] == findings.get("verdict") and f.get("onset_step") == findings.get("onset_step")]
     return {**findings, "findings": root[:1]}
-
-
-def findings_rows(findings: dict | None) -> list[dict]:
-    """The findings as table rows (category, onset, severity, metric, rule, evidence)."""
-    if not findings:
-        return []
-    return [{"category": f.get("category"), "onset_step": f.get("onset_step"), "severity": f.get("severity"),
-             "metric": f.get("metric"), "rule": f.get("rule"), "evidence": f.get("evidence")}
-            for f in findings.get("findings", [])]

@@ -92,19 +92,6 @@ def _answer_html(findings: dict | None) -> str:
     return "".join(out)
 
 
-def _findings_html(findings: dict | None) -> str:
-    if not findings:
-        return "<p>Not diagnosed (run <code>moeproxy diagnose RUN</code>).</p>"
-    out = [f"<p class=muted>detector {_e(findings.get('detector_version', '?'))}</p>", "<ul>"]
-    for f in findings.get("findings", []):
-        cls = "critical" if f.get("severity") == "critical" else ""
-        out.append(f"<li class='{cls}'><b>{_e(f.get('category'))}</b> ({_e(f.get('severity'))}) at step "
-                   f"{_e(f.get('onset_step'))} on <code>{_e(f.get('metric'))}</code> [{_e(f.get('rule'))}]: "
-                   f"{_e(f.get('evidence'))}</li>")
-    out.append("</ul>")
-    return "".join(out)
-
-
 def _figure_html(fig, first: bool) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=True if first else False,
                        config={"displaylogo": False, "responsive": True})
@@ -134,7 +121,7 @@ def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
 def render_report(store, run: str, proxy: str | None = None, proxy_report: dict | None = None,
                   buckets: int = 1500) -> str:
     """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
-    from moeproxy.diagnose.render import cited_metrics
+    from moeproxy.diagnose.render import cited_metrics, findings_html
     from moeproxy.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
     from moeproxy.store.downsample import layer_heatmap, m4_series, metric_names
     from moeproxy.vocabulary import LAYER_PREFIX
@@ -154,7 +141,7 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
                       "non-finite values": info.get("nonfinite"), "attempts": info.get("attempts")}]),
              "<h2>Training curves</h2>",
              _figure_html(triage_figure(series, panels, findings), first=True),
-             "<h2>All findings</h2>", _findings_html(findings)]
+             "<h2>All findings</h2>", findings_html(findings)]
     heat = layer_heatmap(store, run)
     if not heat.empty:
         parts += ["<h2>Routing entropy per layer</h2>", _figure_html(heatmap_figure(heat), first=False)]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dashboard.safe_text import verdict_badge
-from moeproxy.figures import (COLOUR_HEX, VERDICT_COLOURS, align_steps, compare_figure, ema_debiased, findings_rows,
+from moeproxy.figures import (COLOUR_HEX, VERDICT_COLOURS, align_steps, compare_figure, ema_debiased,
                               heatmap_figure, triage_figure, verdict_colour)
 
 FINDINGS = {"verdict": "overflow", "onset_step": 40, "findings": [
@@ -143,6 +143,8 @@ def test_heatmap_orders_layers_numerically():
 
 
 def test_findings_rows_and_badges():
+    from moeproxy.diagnose.render import finding_rows as findings_rows
+
     rows = findings_rows(FINDINGS)
     assert rows[0]["evidence"] == "grad_norm went to inf at step 40" and len(rows) == 2
     assert findings_rows(None) == []

@@ -15,8 +15,8 @@ from dashboard.live import REFRESH_SECONDS, grown_series, is_live
 from dashboard.safe_text import md_code, md_failure, md_text, verdict_badge
 from dashboard.view_state import url_float, url_list, url_range, url_text, write_url
 from moeproxy.diagnose.record import diagnose_and_record, findings_are_stale
-from moeproxy.diagnose.render import cited_metrics, headline
-from moeproxy.figures import LOG_AXIS_METRICS, TRIAGE_PANELS, findings_rows, heatmap_figure, triage_figure
+from moeproxy.diagnose.render import cited_metrics, findings_markdown, headline
+from moeproxy.figures import LOG_AXIS_METRICS, TRIAGE_PANELS, heatmap_figure, triage_figure
 from moeproxy.reference import MIN_BAND_RUNS, band_bins, bands_to_draw
 from moeproxy.vocabulary import LAYER_PREFIX
 
@@ -169,14 +169,12 @@ def run_view() -> None:
     if (~series["latest"]).any():
         st.caption("Dotted lines: points of earlier restart attempts that a later attempt overwrote.")
 
-    rows = findings_rows(findings)
-    with st.expander(f"All findings ({len(rows)})" + (f" · detector {findings.get('detector_version', '?')}"
-                                                      if findings else ""), expanded=False):
-        for row in rows:
-            st.markdown(f"- **{md_text(row['category'])}** ({md_text(row['severity'])}) at step "
-                        f"{md_text(row['onset_step'])} on {md_code(row['metric'])} \\[{md_text(row['rule'])}\\]: "
-                        f"{md_text(row['evidence'])}")
-        if not rows:
+    bullets = findings_markdown(findings, md_text, md_code)
+    with st.expander(f"All findings ({len(bullets)})" + (f" · detector {findings.get('detector_version', '?')}"
+                                                         if findings else ""), expanded=False):
+        for bullet in bullets:
+            st.markdown(bullet)
+        if not bullets:
             st.caption("No findings.")
     if findings_are_stale(findings) and not live:  # a watcher re-diagnoses a live run itself
         if st.button("Diagnose now" if findings is None else f"Re-diagnose (findings are from "

@@ -1,6 +1,12 @@
-"""Plain-text rendering of a diagnosis for people: the answer first, then the evidence."""
+"""Rendering a diagnosis for people, in one place: the answer first (``headline``), then the
+findings, each one row of ``finding_rows`` (category, onset, severity, metric, rule, evidence) —
+as terminal text (``render_text``), as Markdown bullets (``findings_markdown``, the dashboard) and as
+HTML (``findings_html``, the report). Every renderer shows the same rows in the same order."""
 
 from __future__ import annotations
+
+import html
+from collections.abc import Callable
 
 from moeproxy.terminal import shown
 
@@ -27,15 +33,52 @@ def render_text(result: dict, run: str | None = None) -> str:
     for name, r in others.items():
         where = "" if r["onset_step"] is None else f" from step {r['onset_step']}"
         lines.append(f"  also in this file: {shown(name)}: {r['verdict']}{where} (confidence {r.get('confidence')})")
-    findings = result.get("findings", [])
-    if findings:
+    rows = finding_rows(result)
+    if rows:
         lines.append("")
-    for f in findings:
+    for f in rows:
         step = "-" if f["onset_step"] is None else f["onset_step"]
         lines.append(f"{_MARK.get(f['severity'], '  ')} {f['severity']:<8} {f['category']:<18} "
                      f"step {step:<8} {shown(f['metric'])} [{f['rule']}]")
         lines.append(f"     {shown(f['evidence'])}")
     return "\n".join(lines) + "\n"
+
+
+ROW_FIELDS = ("category", "onset_step", "severity", "metric", "rule", "evidence")
+
+
+def finding_rows(result: dict | None) -> list[dict]:
+    """The findings as rows of ``ROW_FIELDS``, in the diagnosis' order: what every renderer shows."""
+    if not result:
+        return []
+    return [{k: f.get(k) for k in ROW_FIELDS} for f in result.get("findings", [])]
+
+
+def _sentence(row: dict, strong: Callable[[str], str], code: Callable[[str], str], text: Callable[[object], str],
+              bracket: tuple[str, str]) -> str:
+    """"**divergence** (critical) at step 12 on `loss` [sustained_rise]: evidence", in a markup."""
+    return (f"{strong(text(row['category']))} ({text(row['severity'])}) at step {text(row['onset_step'])} on "
+            f"{code(row['metric'])} {bracket[0]}{text(row['rule'])}{bracket[1]}: {text(row['evidence'])}")
+
+
+def findings_markdown(result: dict | None, text: Callable[[object], str], code: Callable[[object], str]) -> list[str]:
+    """One Markdown bullet per finding; ``text`` and ``code`` escape for the Markdown renderer used
+    (the dashboard passes Streamlit's)."""
+    return ["- " + _sentence(row, lambda t: f"**{t}**", code, text, ("\\[", "\\]")) for row in finding_rows(result)]
+
+
+def findings_html(result: dict | None) -> str:
+    """The findings as an HTML list (critical ones marked), with the detector version."""
+    if not result:
+        return "<p>Not diagnosed (run <code>moeproxy diagnose RUN</code>).</p>"
+    e = lambda v: html.escape(str(v))  # noqa: E731
+    out = [f"<p class=muted>detector {e(result.get('detector_version', '?'))}</p>", "<ul>"]
+    for row in finding_rows(result):
+        cls = "critical" if row["severity"] == "critical" else ""
+        out.append(f"<li class='{cls}'>" + _sentence(row, lambda t: f"<b>{t}</b>", lambda v: f"<code>{e(v)}</code>",
+                                                       e, ("[", "]")) + "</li>")
+    out.append("</ul>")
+    return "".join(out)
 
 
 def headline(result: dict | None) -> dict:

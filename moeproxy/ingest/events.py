@@ -9,6 +9,8 @@ step counter of their own.
   grad norm it refused is kept as ``grad_norm``)
 - apex's older dynamic scaler: ``Grad overflow on iteration 8`` (the scale it falls to follows on a
   line of its own: ``Using dynamic loss scale of 4096.0``)
+- TensorFlow's NaN guard (``NanTensorHook``) stopping a run: ``Model diverged with loss = NaN.`` (the
+  loss of the step being attempted was NaN: stored as ``loss`` = NaN there, not as a skipped update)
 
 Each is one skipped update. Readers store it at the step being attempted (the last logged step + 1,
 or the step a tqdm bar on the same line shows + 1) as ``deepspeed/overflow`` = 1 with the scale it
@@ -36,11 +38,14 @@ TQDM_DONE = re.compile(r"\|\s*(\d+)/\d+\s*\[")
 SKIPPED_UPDATE = re.compile(r"\bskipping (?:the )?(?:update|step|optimizer step)\b", re.IGNORECASE)
 REFUSED_NORM = re.compile(r"grad(?:ient)?[ _]?norm[^:\d\n]{0,20}:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))",
                           re.IGNORECASE)
+DIVERGED_NAN = re.compile(r"model diverged with loss\s*=\s*(nan|inf)", re.IGNORECASE)
 ON_ITERATION = re.compile(r"grad(?:ient)? overflow on iteration\s*(\d+)", re.IGNORECASE)
 
 
 def overflow_record(line: str) -> dict[str, float] | None:
     """The record of an overflow event line, or None when the line is not one."""
+    if "iverged" in line and (diverged := DIVERGED_NAN.search(line)):
+        return {"loss": parse_number(diverged.group(1))}
     if "verflow" not in line and "VERFLOW" not in line:
         if "kipping" not in line or not SKIPPED_UPDATE.search(line):
             return None

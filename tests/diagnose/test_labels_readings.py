@@ -142,3 +142,49 @@ def test_a_kl_to_the_reference_that_spikes_once_and_settles_low_is_not_a_diverge
     # the same rise that goes on to settle high (0.5) did run away from the reference
     kl[150:] = 0.5 * np.exp(rng.normal(0, 0.1, n - 150))
     assert diagnose_series({"kl": kl, "reward_mean": reward, "loss": rng.normal(0, 0.02, n)})["verdict"] == "divergence"
+
+
+def test_one_nan_loss_mid_run_did_not_last_and_the_loss_is_read_past_it():
+    """LABELS.md root cause 1: anomalies that last. One NaN loss mid-run with finite records at the
+    same level after it is a spike (a warning); a lasting jump later is the divergence."""
+    n = 60
+    loss = 14.7 - 0.03 * np.arange(n) + np.random.default_rng(5).normal(0, 0.1, n)
+    loss[20] = np.nan
+    res = diagnose_series({"loss": loss})
+    assert res["verdict"] == "healthy"
+    assert ("lone_nonfinite", "warning") in _rules(res)
+    jumped = loss.copy()
+    jumped[45:] = 23.0 + np.random.default_rng(6).normal(0, 0.3, n - 45)
+    res = diagnose_series({"loss": jumped})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 45
+    two = loss.copy()
+    two[40] = np.nan  # two NaNs: no longer one record that did not last
+    assert diagnose_series({"loss": two})["verdict"] == "overflow"
+
+
+def test_one_huge_finite_record_that_comes_back_is_a_spike_not_saturation():
+    n = 80
+    rng = np.random.default_rng(8)
+    summed = 2000 + rng.normal(0, 300, n)  # a loss summed over tokens
+    summed[60] = 6e11
+    res = diagnose_series({"loss:sum": summed, "reward_mean": 0.5 + rng.normal(0, 0.05, n)})
+    assert res["verdict"] == "healthy"
+    assert ("saturated_value", "warning") in _rules(res)
+    stuck = summed.copy()
+    stuck[60:63] = 6e11  # three records: it lasted
+    assert diagnose_series({"loss:sum": stuck, "reward_mean": 0.5 + rng.normal(0, 0.05, n)})["verdict"] == "overflow"
+
+
+def test_a_noisy_level_reward_is_not_a_collapse_against_a_baseline_of_its_first_records():
+    """LABELS.md: a reward collapse is down several noise widths for good; a noisy reward whose first
+    records happen to be high has no downward trend."""
+    n = 100
+    rng = np.random.default_rng(11)
+    reward = -1.4 + 0.003 * np.arange(n) + rng.normal(0, 0.6, n)
+    reward[:3] = [-0.9, -0.75, -1.0]
+    res = diagnose_series({"reward_mean": reward, "loss": rng.normal(0, 0.01, n), "kl": np.full(n, 0.002)})
+    assert res["verdict"] == "healthy", res["findings"]
+    fell = reward.copy()
+    fell[70:] = -3.5 + rng.normal(0, 0.1, n - 70)  # the same noise, then down by ~3 sigma for good
+    res = diagnose_series({"reward_mean": fell, "loss": rng.normal(0, 0.01, n), "kl": np.full(n, 0.002)})
+    assert res["verdict"] == "reward_collapse"

@@ -162,6 +162,10 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         # non-finite, or clamped at fp16's largest value (65504: a saturated half-precision number);
         # a larger finite value is a real one (fp32/bf16 runs climb past 65504 as they blow up)
         bad = ~np.isfinite(vals) | (np.abs(np.abs(vals) - cfg.fp16_max) <= cfg.fp16_max * 0.001)
+    if bad.sum() == 1 and 0 < int(bad.argmax()) < len(vals) - cfg.tie_records:
+        # one non-finite record mid-run and finite ones after it (overflow's ``lone_nonfinite``: it
+        # did not last): the run goes on, so the series is read past it rather than cut there
+        series, vals, steps, bad = series[~bad], vals[~bad], steps[~bad], bad[~bad]
     cut = int(np.flatnonzero(bad)[0]) if bad.any() else len(vals)
     prefix = vals[:cut]
     finite = prefix[np.isfinite(prefix)]

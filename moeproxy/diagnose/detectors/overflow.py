@@ -40,6 +40,7 @@ thresholds(
 
 RULES = declare(OVERFLOW, {
     "nonfinite_value": "loss or grad norm inf/NaN after being finite (or the loss from its first record)",
+    "lone_nonfinite": "one non-finite record mid-run, finite from the next on (a spike: it did not last)",
     "saturated_value": "a value at the fp16 maximum or msprobe's 1e10 magnitude alarm",
     "loss_scale_min": "the fp16 loss scale driven to its minimum",
     "loss_scale_collapse": "the fp16 loss scale halving far below its start-up search",
@@ -52,14 +53,14 @@ RULES = declare(OVERFLOW, {
     "loss_zero_nan_filter": "the loss printed as exactly 0 where a NaN filter zeroes it",
     "nan_filtered_from_start": "the loss printed 0 in every record and the validation loss NaN: non-finite from the start",
     "fp16_startup_search": "the fp16 loss-scale search at start-up (not a failure)",
-}, decisive=("nonfinite_value", "overflow_storm", "loss_scale_min", "saturated_value"),
+}, decisive=("nonfinite_value", "overflow_storm", "loss_scale_min", "saturated_value"), spike=("lone_nonfinite",),
    # a storm is the mechanism of the loss printed with it; a scaler that halves a few times and
    # settles is what a loss spike looks like from the scaler's side: downstream of divergence
    chain={"overflow_storm": 1.5, "loss_scale_collapse": 3.5},
-   thresholds={"saturated_value": ("saturation_abs", "fp16_max"),
+   thresholds={"saturated_value": ("saturation_abs", "fp16_max", "tie_records"),
                "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
-               "nonfinite_value": ("skipped_share",), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
+               "nonfinite_value": ("skipped_share",), "lone_nonfinite": ("tie_records",), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
 
@@ -175,11 +176,20 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
                 sev, note = WARNING, (" (each followed by a finite record, the loss finite throughout: "
                                       "steps skipped by dynamic loss scaling, not applied)")
             prior = _records_before(series, step)
+            # LABELS.md root cause 1: anomalies that last. One non-finite record mid-run, every record
+            # after it finite (at least the tie window of them): it did not last; a spike that is the
+            # cause only if a lasting change starts with it
+            lone = sev == CRITICAL and isolated and len(vals) - j - 1 >= cfg.tie_records and len(prior) > 0
             lead = (f"{name} went from {ev.rec(prior, prior.index[-1])} (a median of {fmt(float(prior.median()))} "
                     f"over {ev.steps_of(prior.index)}) to {fmt(vals[j])} at step {step}"
                     if len(prior) else f"{name} is {fmt(vals[j])} at step {step}, its first record")
-            out.append(Finding(OVERFLOW, step, sev, name, "nonfinite_value",
-                               f"{lead}; {bad.size} non-finite of {len(vals)} records{note}"))
+            if lone:
+                out.append(Finding(OVERFLOW, step, WARNING, name, "lone_nonfinite",
+                                   f"{lead}; the only non-finite record of {len(vals)}, finite from the next "
+                                   f"record on ({ev.rec(s, s.index[j + 1])}): it did not last"))
+            else:
+                out.append(Finding(OVERFLOW, step, sev, name, "nonfinite_value",
+                                   f"{lead}; {bad.size} non-finite of {len(vals)} records{note}"))
             vals = vals[:j]  # saturation before the first non-finite value still counts
         with np.errstate(invalid="ignore"):
             mag = np.abs(vals)
@@ -192,10 +202,17 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             why = (f"the fp16 maximum, limit {fmt(cfg.fp16_max)}" if near_max[j]
                    else f"above the alarm limit {fmt(cfg.saturation_abs)}")
             prior = _records_before(series, step)
-            out.append(Finding(OVERFLOW, step, CRITICAL, name, "saturated_value",
+            # LABELS.md: a single spike that recovers is not a failure. One huge record (not the
+            # fp16 maximum itself, saturation mode's signature) with the records after it back
+            # below the alarm limit is a spike: a warning
+            after = mag[j + 1:j + 1 + cfg.tie_records]
+            lone = (sat.size == 1 and not near_max[j] and len(after) == cfg.tie_records
+                    and bool((after < cfg.saturation_abs).all()) and not bad.size)
+            out.append(Finding(OVERFLOW, step, WARNING if lone else CRITICAL, name, "saturated_value",
                                f"{name} reached {fmt(vals[j])} at step {step} ({why}; "
-                               f"{ev.median_of(prior) if len(prior) else 'no record'} before): saturation-mode "
-                               f"overflow produces no non-finite value"))
+                               f"{ev.median_of(prior) if len(prior) else 'no record'} before): "
+                               + ("one record, the next ones back below the limit: a spike, not saturation"
+                                  if lone else "saturation-mode overflow produces no non-finite value")))
     return out
 
 

@@ -20,6 +20,7 @@ from moeproxy.diagnose.taxonomy import CRITICAL, REWARD_COLLAPSE, Finding
 from moeproxy.diagnose.rules import declare
 
 thresholds(
+    reward_noise_widths=(3.0, "LABELS.md: a reward collapse is down several noise widths (of the levels compared) for good"),
     reward_drop_fraction=(0.5, "share of the gained reward lost, sustained"),
     eval_drop_share=(0.4, "an evaluation score that loses this share of its early level for good"),
     eval_min_drop=(0.1, "... and at least this much (scores in [0, 1]): a reward collapse"),
@@ -30,7 +31,7 @@ RULES = declare(REWARD_COLLAPSE, {
     "reward_below_peak": "the reward falls well below its peak and stays there",
     "eval_reward_drop": "an evaluation accuracy/reward falls by at least half its level and stays down",
 }, damage=("reward_drop", "reward_below_peak", "eval_reward_drop"),
-   thresholds={"reward_drop": ("reward_drop_fraction",), "eval_reward_drop": ("eval_drop_share", "eval_min_drop")})
+   thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop")})
 
 
 def _is_eval_score(name: str) -> bool:
@@ -92,15 +93,27 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     gain = peak - start
     need = max(cfg.reward_drop_fraction * gain, 0.2 * abs(peak), 1e-12)
     final = tail_level(vals)
+    # LABELS.md: "reward mean down several noise widths for good": the record-to-record noise of the
+    # reward (robust sigma of its differences), from which the width of a level is measured
+    diffs = np.diff(vals)
+    noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2) if diffs.size >= 4 else 0.0
     shift = sustained_shift(r, -1, delta=need, z=cfg.robust_z, min_history=cfg.min_history,
                             min_records=max(3, len(r) // 20))
-    if shift is not None and shift.baseline - final >= 0.8 * need:
+    if shift is not None:
+        # the two levels compared are each known to within the noise over the square root of their
+        # records: before and after the stretch the reward stays low in (95 % of the records from
+        # its start below halfway down), else the shift's own onset; a baseline of three records
+        # is not a level to judge a drop against
+        low = vals < shift.baseline - (shift.baseline - final) / 2
+        share_below_from = np.cumsum(low[::-1])[::-1] / np.arange(len(low), 0, -1)
+        stays = np.flatnonzero(low & (share_below_from >= 0.95))
+        before = int(stays[0]) if stays.size else int(np.searchsorted(r.index.to_numpy(), shift.onset_step))
+        width = noise * np.sqrt(1 / max(before, 1) + 1 / max(len(r) - before, 1))
+    if shift is not None and shift.baseline - final >= max(0.8 * need, cfg.reward_noise_widths * width):
         return [Finding(REWARD_COLLAPSE, shift.onset_step, CRITICAL, name, "reward_drop",
                         f"{_rise_then(name, r, shift.onset_step)} and stayed down (drop threshold {fmt(need)}); "
                         f"{ev.median_of(ev.tail(r))}")]
     # a rising reward makes the rolling median lag below the peak: also compare with the peak
-    diffs = np.diff(vals)
-    noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2) if diffs.size >= 4 else 0.0
     after = r.iloc[peak_i + 1:]
     if len(after) >= 2 and peak - final >= max(need, cfg.robust_z * noise):
         low = after.to_numpy() < peak - need / 2

@@ -56,7 +56,11 @@ def parse_csv(src: SourceFile) -> ParsedLog:
     import pandas as pd
 
     try:
-        df = pd.read_csv(io.StringIO(src.read_text()), sep=_dialect(src), dtype=str, keep_default_na=False)
+        text = src.read_text()
+        df = pd.read_csv(io.StringIO(text), sep=_dialect(src), dtype=str, keep_default_na=False, on_bad_lines="skip")
+        df = df.fillna("")  # cells a short last row lacks: not logged
+        # rows with more cells than the header (two records run together) were left out: counted, noted
+        bad = max(0, sum(1 for line in text.splitlines() if line.strip()) - 1 - len(df))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{src.path}: malformed CSV ({str(exc).splitlines()[0]})") from None
     table = LogTable()
@@ -99,8 +103,14 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         from_index = steps is None
         if framework == "unknown":
             framework = guess_framework(rows.names)
-        return ParsedLog(src.path, fmt, framework, src.sha256, rows, skipped, from_index)
-    return ParsedLog(src.path, fmt, framework, src.sha256, table.columns(), skipped, from_index)
+        return ParsedLog(src.path, fmt, framework, src.sha256, rows, skipped + bad, from_index,
+                         notes=_bad_rows_note(bad, len(columns)))
+    return ParsedLog(src.path, fmt, framework, src.sha256, table.columns(), skipped + bad, from_index,
+                     notes=_bad_rows_note(bad, len(columns)))
+
+
+def _bad_rows_note(bad: int, width: int) -> list[str]:
+    return [f"{bad} row(s) with more cells than the header's {width} left out"] if bad > 0 else []
 
 
 def _wide_rows(steps: list | None, numeric: dict, names: dict, rank: int, n: int):
@@ -162,8 +172,12 @@ def sniff_csv(src: SourceFile) -> float:
     if len(header) < 2:
         return 0.0
     rows = list(csv.reader(lines[1:], delimiter=sep))
-    if {len(row) for row in rows} != {len(header)}:
+    whole = [row for row in rows if len(row) == len(header)]
+    # rows of the header's width, most of them: rows run together (a lost newline) are wider and left out;
+    # a narrower row is allowed only last (a file cut mid-row)
+    if len(whole) < max(2, 0.5 * len(rows)) or any(len(row) < len(header) - 1 for row in rows[:-1]):
         return 0.0
+    rows = whole
     cells = [c for row in rows for c in row]
     numeric = sum(1 for c in cells if not c.strip() or parse_number(c) is not None)
     if numeric < 0.5 * len(cells) or any(parse_number(h) is not None for h in header):

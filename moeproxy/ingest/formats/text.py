@@ -42,9 +42,18 @@ EPOCH_BEFORE = re.compile(r"epoch\s*[:=#]?\s*$", re.IGNORECASE)
 EPOCH_BATCHES = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*(\d+)\s*[|,]?\s*(\d+)\s*/\s*(\d+)\s*(?:batch|iter|step)",
                            re.IGNORECASE)
 # a progress fraction that opens a line (after tags in brackets) and a separator follows
-LEADING_FRACTION = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)*(\d+)\s*/\s*(\d+)\s*(?=\|)")
+# (``12/100 | loss=0.1``, ELECTRA's ``26/1000000 = 0.0%, SPS: 0.4 ... - loss: 47.1``)
+LEADING_FRACTION = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)*(\d+)\s*/\s*(\d+)\s*(?=[|=,:]|-\s)")
+# a batch counter with its total (``Batch 706/56191 - Loss: nan``); a bare ``batch 32`` may be a size
+BATCH_FRACTION = re.compile(r"(?<![\w/])batch\s*[:#]?\s*(\d+)\s*/\s*\d+(?![\w.])", re.IGNORECASE)
 # Keras prints the epoch on a line of its own (``Epoch 34/400``) and the epoch's metrics on the
 # progress line after it (``50000/50000 [====] - 455s - loss: 2.3030 - val_loss: 2.3026``)
+# ``<step> <name> <value>`` lines (build-nanogpt's ``0 train 10.955010``, ``0 val 10.9522``, ``0
+# hella 0.2487``): a split's name alone is that split's loss
+STEP_NAME_VALUE = re.compile(r"^\s*(\d+)\s+([A-Za-z_][\w./\-]*)\s+(" + r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|"
+                             r"[-+]?(?:nan|inf(?:inity)?)" + r")\s*$", re.IGNORECASE)
+SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": "val: loss",
+              "validation": "val: loss", "eval": "eval: loss", "test": "test: loss"}
 EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*/\s*\d+\s*$", re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
@@ -67,7 +76,8 @@ KEY_START = re.compile(r"[A-Za-z_]")
 KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")" + NUMBER_END, re.IGNORECASE)
 # a value before its name, only for names that are known metrics (``9.12 loss``, not ``12 ms``)
 VALUE_FIRST = re.compile(r"^(" + NUMBER + r")\s+([A-Za-z_][\w/]*)(?![\w.])", re.IGNORECASE)
-SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s*(?<!\S)-{2,}\s+|\s{2,}|\t")  # `` -- `` separates pairs too
+# `` -- `` separates pairs too, and `` - `` before a key (``2:00:00 - loss: 8.9``, Keras' ``- loss: 2.3``)
+SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s*(?<!\S)-{2,}\s+|(?<=\S)\s+-\s+(?=[A-Za-z_])|\s{2,}|\t")
 # a split tag before a record's pairs (``Step 14100 stats, val: loss = 3.32``): the record's
 # metrics are that split's, not the training ones printed at the same step
 SPLIT_TAG = re.compile(r"(?<![\w/])(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s*:\s*(?=[A-Za-z_])",
@@ -81,6 +91,7 @@ def _number(text: str) -> float:
 
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 AFTER_SEPARATOR = re.compile(r"([:=])\s+")
+DASH_BULLET = re.compile(r"^-\s+")  # a dash that separates pairs, not a minus sign
 
 
 def _key_before(text: str) -> str | None:
@@ -158,7 +169,7 @@ def extract_pairs(text: str) -> dict[str, float]:
     record: dict[str, float] = {}
     text = AFTER_SEPARATOR.sub(r"\1 ", THOUSANDS.sub("", text))
     for segment in _segments(text):
-        segment = segment.strip().strip("[]{}():").strip()
+        segment = DASH_BULLET.sub("", segment.strip().strip("[]{}():").strip())  # `` - Loss: nan``
         if not segment:
             continue
         eq = eq_pairs(segment)
@@ -226,6 +237,13 @@ def find_step(line: str) -> tuple[int, str] | None:
     m = LEADING_FRACTION.match(line)
     if m:  # ``[job]   12/100 | loss=0.1 | reward=0.3``: the progress fraction that opens the line
         return int(m.group(1)), line[m.end():]
+    m = BATCH_FRACTION.search(line)
+    if m:
+        return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    m = STEP_NAME_VALUE.match(line)
+    if m:
+        name = SPLIT_LOSS.get(m.group(2).lower(), m.group(2))
+        return int(m.group(1)), f"{name} {m.group(3)}"
     return None
 
 

@@ -1,0 +1,123 @@
+"""A JSON document of metric columns: one object whose lists hold a metric per position, as training
+scripts dump their history (Keras' ``history.history``, ``{"history": {"steps": [...],
+"train_losses": [...], "val_losses": [...]}}``).
+
+- The columns are the numeric lists (numbers, ``NaN``/``Infinity``, ``null`` for "not logged") of at
+  least 3 entries in the object, or in the object nested in it (up to 3 levels) that holds the most
+  numbers; lists of lists and text are not metrics. A single number beside them is a summary, not a
+  record, and is left out.
+- Lists of one length form one table: its step column is a list named for a step (the vocabulary's
+  step keys, or their plural: ``steps``, ``iterations``, ``epochs``) or, for a second table,
+  a name holding one with a prefix (``val_steps``); else the position is the step.
+- A list named in the plural holds one metric: ``train_losses`` is stored as ``train_loss``,
+  ``learning_rates`` as ``learning_rate`` (the last word made singular), as a log names them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+
+from moeproxy.errors import InputError
+from moeproxy.ingest.names import guess_framework
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import SourceFile
+from moeproxy.ingest.table import LogTable
+from moeproxy.vocabulary import STEP_KEYS
+
+MIN_LENGTH = 3
+MAX_DEPTH = 3
+COLUMN_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*(?:-?\d|NaN|-?Infinity|null)')
+
+
+def _is_number(x) -> bool:
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
+def _columns(obj: dict) -> dict[str, list]:
+    return {k: v for k, v in obj.items()
+            if isinstance(v, list) and len(v) >= MIN_LENGTH and all(_is_number(x) for x in v)
+            and any(x is not None for x in v)}
+
+
+def _best_object(doc, depth: int = 0) -> dict[str, list]:
+    """The columns of the object (``doc`` or one nested in it) holding the most numbers."""
+    if not isinstance(doc, dict) or depth > MAX_DEPTH:
+        return {}
+    best = _columns(doc)
+    for value in doc.values():
+        inner = _best_object(value, depth + 1)
+        if sum(map(len, inner.values())) > sum(map(len, best.values())):
+            best = inner
+    return best
+
+
+def _step_name(name: str) -> bool:
+    low = name.lower()
+    return low in STEP_KEYS or (low.endswith("s") and low[:-1] in STEP_KEYS)
+
+
+def _is_counter(values: list) -> bool:
+    return all(isinstance(x, int) or (isinstance(x, float) and x.is_integer()) for x in values) and \
+        all(b > a for a, b in zip(values, values[1:]))
+
+
+def _metric_name(name: str) -> str:
+    """A column of values named in the plural is one metric: ``train_losses`` -> ``train_loss``,
+    ``val_accuracies`` -> ``val_accuracy`` (the name's last word made singular)."""
+    head, last = re.match(r"(.*?)([A-Za-z]+)$", name).groups() if re.search(r"[A-Za-z]$", name) else (name, "")
+    low = last.lower()
+    if low.endswith("ies") and len(low) > 4:
+        last = last[:-3] + "y"
+    elif low.endswith(("sses", "shes", "ches", "xes")):
+        last = last[:-2]
+    elif low.endswith("s") and not low.endswith(("ss", "us", "is", "as")) and len(low) > 3:
+        last = last[:-1]
+    return head + last
+
+
+def parse_json_columns(src: SourceFile) -> ParsedLog:
+    try:
+        doc = json.loads(src.read_text())
+    except ValueError as exc:
+        raise InputError(f"{src.path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    columns = _best_object(doc)
+    if not columns:
+        raise InputError(f"{src.path}: no list of numbers to read as a metric")
+    by_length: dict[int, list[str]] = {}
+    for name, values in columns.items():
+        by_length.setdefault(len(values), []).append(name)
+    table = LogTable()
+    from_index = False
+    for n, names in sorted(by_length.items(), key=lambda item: -len(item[1])):
+        counters = [c for c in names if _is_counter(columns[c])]
+        step_col = next((c for c in counters if _step_name(c)), None) or next(
+            (c for c in counters if any(_step_name(part) for part in re.split(r"[_/.\s-]+", c))), None)
+        if step_col is None:
+            from_index = True
+        steps = [int(x) for x in columns[step_col]] if step_col else list(range(n))
+        metrics = [c for c in names if c != step_col]
+        for i, step in enumerate(steps):
+            record = {}
+            for c in metrics:
+                x = columns[c][i]
+                if x is not None:
+                    record[_metric_name(c)] = float(x) if not (isinstance(x, float) and math.isnan(x)) else math.nan
+            if record:
+                table.add_dict(step, record)
+    rows = table.columns()
+    return ParsedLog(src.path, "json-columns", guess_framework(rows.names), src.sha256, rows, 0, from_index)
+
+
+def sniff_json_columns(src: SourceFile) -> float:
+    head = src.head.lstrip()
+    if not head.startswith(b"{"):
+        return 0.0
+    return 0.5 if len(COLUMN_START.findall(head[:65536])) >= 2 else 0.0
+
+
+register(LogFormat("json-columns", "a JSON document of metric columns (a script's saved history, Keras' history)",
+                   sniff_json_columns, parse_json_columns, top_score=0.5, appendable=False, priority=14))
+
