@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from moeproxy.commands.repro import add_shape_options, shape_of
+
 
 def _fmt_mean_sd(values):
     values = [v for v in values if v is not None]
@@ -41,6 +43,7 @@ def run_grid(args) -> list[dict]:
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    shape = shape_of(args)
     rows = []
     plan = []
     for seed in args.seeds:
@@ -67,7 +70,8 @@ def run_grid(args) -> list[dict]:
                 evaluate=kind == "cluster" and (ratio, seed) not in built,
                 full_log=full_log if full_log.is_file() else None,
                 reuse_proxy=built.get((ratio, seed)) if kind == "cluster" else None,
-                dense_cache=out / "dense-cache",
+                dense_cache=out / "dense-cache", shape=shape, pretrain_steps=args.pretrain_steps,
+                shape_cache=out / f"full-{shape.key}" if shape is not None else None,
             )
             started = time.perf_counter()
             result = run_pair(spec, log=lambda *_: None)
@@ -98,7 +102,7 @@ def run_grid(args) -> list[dict]:
     return rows
 
 
-def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: int) -> dict:
+def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: int, full: Path | None = None) -> dict:
     """Per-step time and training-state memory of the full model and each ratio's clustering proxy,
     measured here back to back (healthy scenario; one warm-up round, then ``rounds`` rounds of
     ``steps`` GRPO steps in alternating order), so that both sides of a ratio see the same machine
@@ -114,13 +118,14 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
     from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT, load_tiny_moe
 
     torch.set_num_threads(1)
-    sides = {"full": Path(DEFAULT_CHECKPOINT)}
+    sides = {"full": Path(full) if full is not None else Path(DEFAULT_CHECKPOINT)}
     for ratio in ratios:
         proxy = out / f"healthy-cluster-r{ratio:g}-s{seed}" / "proxy"
         if proxy.is_dir():
             sides[f"{ratio:g}"] = proxy
     times: dict[str, list[float]] = {k: [] for k in sides}
     state: dict[str, int] = {}
+    params: dict[str, tuple[int, int]] = {}
     config = get_scenario("healthy").config(steps, seed)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds + 1):
@@ -128,26 +133,57 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
                 model, tok = load_tiny_moe(path)
                 summary = run_grpo(model, tok, config, Path(tmp) / f"{name}-{r}.jsonl")
                 state[name] = summary["model_state_bytes"]
+                params[name] = (summary["parameters"], summary["active_parameters"])
                 del model
                 if r == 0:
                     continue  # warm-up: first-time allocations and kernel set-up
                 times[name].append(summary["step_time_median_s"])
                 print(f"  cost round {r}/{rounds} {name}: {summary['step_time_median_s']:.3f} s/step", flush=True)
+    planned = _planned(sides)
     return {name: {"step_s": statistics.median(times[name]), "step_s_all": times[name],
-                   "state_mib": state[name] / 2**20} for name in sides}
+                   "state_mib": state[name] / 2**20, "parameters": params[name][0],
+                   "active_parameters": params[name][1], "planned": planned.get(name)} for name in sides}
+
+
+def _planned(sides: dict[str, Path]) -> dict[str, dict]:
+    """What ``moeproxy plan`` predicts for each side from the full model's config alone (parameters,
+    active parameters, training state at 16 bytes per parameter), beside what was measured."""
+    from moeproxy.proxy.checkpoint import load_config
+    from moeproxy.proxy.plan import plan_proxy
+
+    full = load_config(sides["full"])
+    out = {}
+    for name, path in sides.items():
+        if name == "full":
+            side = plan_proxy(full, keep_ratio=1.0)["full"]
+        else:
+            proxy = load_config(path)
+            mode = "keep" if proxy.get("num_experts_per_tok") == full.get("num_experts_per_tok") else "scale"
+            side = plan_proxy(full, keep_ratio=float(name), top_k=mode)["proxy"]
+        out[name] = {"parameters": side["params_total"], "active_parameters": side["params_active"],
+                     "state_mib": side["train_state_bytes"] / 2**20}
+    return out
 
 
 def cost_table(cost: dict) -> str:
     full = cost["full"]
+
+    def planned(c: dict, key: str, fmt: str) -> str:
+        plan = c.get("planned") or {}
+        return format(plan[key], fmt) if key in plan else "-"
+
+    def row(label: str, c: dict) -> str:
+        return (f"| {label} | {c['step_s']:.3f} | {' '.join(f'{t:.3f}' for t in c['step_s_all'])} "
+                f"| {c['step_s'] / full['step_s']:.2f} | {c.get('parameters', 0):,} / {planned(c, 'parameters', ',')} "
+                f"| {c.get('active_parameters', 0):,} / {planned(c, 'active_parameters', ',')} "
+                f"| {c['state_mib']:.1f} / {planned(c, 'state_mib', '.1f')} | {c['state_mib'] / full['state_mib']:.2f} |")
+
     lines = ["| model | step s (median of rounds) | step s per round | step ratio proxy/full "
-             "| training state MiB | state ratio proxy/full |",
-             "|---|---|---|---|---|---|",
-             f"| full (32 experts) | {full['step_s']:.3f} | {' '.join(f'{t:.3f}' for t in full['step_s_all'])} | 1 "
-             f"| {full['state_mib']:.1f} | 1 |"]
-    for name, c in cost.items():
-        if name != "full":
-            lines.append(f"| cluster proxy, ratio {name} | {c['step_s']:.3f} | {' '.join(f'{t:.3f}' for t in c['step_s_all'])} "
-                         f"| {c['step_s'] / full['step_s']:.2f} | {c['state_mib']:.1f} | {c['state_mib'] / full['state_mib']:.2f} |")
+             "| parameters measured / planned | active measured / planned | training state MiB measured / planned "
+             "| state ratio proxy/full |",
+             "|---|---|---|---|---|---|---|---|",
+             row("full", full)]
+    lines += [row(f"cluster proxy, ratio {name}", c) for name, c in cost.items() if name != "full"]
     return "\n".join(lines)
 
 
@@ -199,6 +235,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cost-steps", type=int, default=10,
                         help="GRPO steps per side in the back-to-back cost measurement (0: skip it)")
     parser.add_argument("--cost-rounds", type=int, default=5)
+    parser.add_argument("--pretrain-steps", type=int, default=1500,
+                        help="with shape options: supervised steps of the full model pretrained for them")
+    add_shape_options(parser)
     parser.add_argument("--table-only", action="store_true",
                         help="tabulate the pairs already in OUT (fidelity.json) without running any")
     args = parser.parse_args(argv)
@@ -211,7 +250,9 @@ def main(argv=None) -> int:
     if args.table_only and (out / "cost.json").is_file():
         cost = json.loads((out / "cost.json").read_text())
     elif args.cost_steps > 0:
-        cost = measure_cost(out, args.ratios, args.seeds[0], args.cost_steps, args.cost_rounds)
+        shape = shape_of(args)
+        cost = measure_cost(out, args.ratios, args.seeds[0], args.cost_steps, args.cost_rounds,
+                            full=out / f"full-{shape.key}" if shape is not None else None)
         (out / "cost.json").write_text(json.dumps(cost, indent=2) + "\n")
     if cost is not None:
         text += ("\n\nCost, measured back to back (healthy scenario, one warm-up round, then "

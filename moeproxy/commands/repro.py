@@ -26,6 +26,34 @@ def _ratio(text: str) -> float:
     return value
 
 
+def add_shape_options(p: argparse.ArgumentParser) -> None:
+    """The model shape options (``TinyMoeShape.from_options``); unset ones keep the bundled model's."""
+    g = p.add_argument_group("model shape (default: the bundled tiny MoE's)")
+    g.add_argument("--hidden-size", type=_positive_int, default=None, help="hidden size (default 64)")
+    g.add_argument("--moe-intermediate-size", type=_positive_int, default=None, help="each expert's MLP width (default 32)")
+    g.add_argument("--layers", type=_positive_int, default=None, help="decoder layers (default 3)")
+    g.add_argument("--experts", type=_positive_int, default=None, help="experts per MoE layer (default 32)")
+    g.add_argument("--top-k", type=_positive_int, default=None, help="experts each token is routed to (default 4)")
+    g.add_argument("--heads", type=_positive_int, default=None, help="attention heads (default 4)")
+
+
+SHAPE_OPTIONS = ("hidden_size", "moe_intermediate_size", "layers", "experts", "top_k", "heads")
+
+
+def shape_of(args: argparse.Namespace):
+    """The ``TinyMoeShape`` the options ask for, or None when none is given."""
+    from moeproxy.errors import InputError
+    from moeproxy.repro.tiny_moe import TinyMoeShape
+
+    given = {k: getattr(args, k, None) for k in SHAPE_OPTIONS}
+    if all(v is None for v in given.values()):
+        return None
+    try:
+        return TinyMoeShape.from_options(**given)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="repro_command", metavar="ACTION")
     sub.required = True
@@ -36,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=_positive_int, default=128)
     p.add_argument("--lr", type=float, default=3e-3)
+    add_shape_options(p)
 
     p = sub.add_parser("grpo", help="run one GRPO scenario on one checkpoint, writing verl file JSONL")
     p.add_argument("--model", default=None, help="checkpoint directory (default: data/tiny-moe)")
@@ -45,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--log", required=True, help="JSONL file to write")
 
     p = sub.add_parser("run", help="build a proxy, run the scenario on full and proxy, ingest, compare")
-    p.add_argument("--scenario", required=True, help="healthy, overflow, divergence, precision_mismatch or "
-                   "routing_collapse (see moeproxy.repro.scenarios)")
+    p.add_argument("--scenario", required=True, help="healthy, overflow, divergence, precision_mismatch, "
+                   "routing_collapse or routing_mismatch (see moeproxy.repro.scenarios)")
     p.add_argument("--keep-ratio", type=_ratio, default=0.25, help="fraction of experts kept per MoE layer (default 0.25)")
     p.add_argument("--steps", type=_positive_int, default=60, help="GRPO steps of each run (default 60)")
     p.add_argument("--out", required=True, help="output directory (proxy checkpoint, logs, fidelity.json)")
@@ -60,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--heal-steps", type=int, default=100,
                    help="supervised steps on the proxy after pruning, before RL (default 100)")
     p.add_argument("--no-evaluate", action="store_true", help="skip the keep/reject evaluation of the proxy")
+    p.add_argument("--pretrain-steps", type=_positive_int, default=1500,
+                   help="with shape options: supervised steps of the full model pretrained for them (default 1500)")
+    add_shape_options(p)
     _add_demo(sub)
 
 
@@ -78,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
     if args.repro_command == "pretrain":
         from moeproxy.repro.pretrain import PretrainConfig, pretrain
 
-        pretrain(PretrainConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr), args.out)
+        from moeproxy.repro.tiny_moe import TinyMoeShape
+
+        pretrain(PretrainConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                                shape=shape_of(args) or TinyMoeShape()), args.out)
         return 0
     if args.repro_command == "grpo":
         from moeproxy.outputs import check_target
@@ -102,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = HarnessSpec(scenario=args.scenario, keep_ratio=args.keep_ratio, steps=args.steps, seed=args.seed,
                        out=Path(args.out), model=args.model, db=args.db, name=args.name, baseline=args.baseline,
-                       heal_steps=args.heal_steps, evaluate=not args.no_evaluate)
+                       heal_steps=args.heal_steps, evaluate=not args.no_evaluate, shape=shape_of(args),
+                       pretrain_steps=args.pretrain_steps)
     result = run_pair(spec, log=print)
     full, proxy = result["full"], result["proxy"]
     print(f"full  {full['verdict']:<20} onset {full['onset_step']}")

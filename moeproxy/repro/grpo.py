@@ -59,6 +59,10 @@ class GrpoConfig:
     old_logprobs_from_rollout: bool = False  # use engine log-probs as pi_old, no IS correction
     router_lr_multiplier: float = 1.0  # router learning rate x this from fault_step
     aux_loss_coef_after_fault: float | None = None  # load-balancing loss coefficient from fault_step
+    # the rollout engine's router weights quantised to this many bits from fault_step, one bit fewer
+    # every tenth of the run (down to 2): the engine routes more and more tokens to other experts
+    # than the trainer, a mismatch that grows over the run and comes from routing alone
+    rollout_router_bits_after_fault: int | None = None
 
     def __post_init__(self):
         for name in ("compute_dtype", "rollout_dtype", "rollout_dtype_after_fault"):
@@ -107,6 +111,17 @@ def quantise_weights(model, dtype: torch.dtype):
     return engine.to(dtype)
 
 
+def quantise_routers(engine, bits: int):
+    """``engine`` with its router weights rounded to a symmetric per-tensor grid of ``bits`` bits
+    (router logits computed from lower-precision weights): in place, returned."""
+    levels = 2 ** (bits - 1) - 1
+    with torch.no_grad():
+        for p in _router_parameters(engine):
+            scale = p.abs().max().clamp(min=1e-12) / levels
+            p.copy_(torch.round(p / scale) * scale)
+    return engine
+
+
 class GrpoTrainer:
     """Owns policy, optimizer, optional reference, rollout engine and the routing probe."""
 
@@ -146,9 +161,20 @@ class GrpoTrainer:
     def _rollout_engine(self, step: int):
         c = self.config
         dtype = c.rollout_dtype_after_fault if (c.fault_active(step) and c.rollout_dtype_after_fault) else c.rollout_dtype
-        if dtype == "float32":
-            return self.model, dtype
-        return quantise_weights(self.model, DTYPES[dtype]).eval(), dtype
+        engine = self.model if dtype == "float32" else quantise_weights(self.model, DTYPES[dtype]).eval()
+        bits = self.router_bits(step)
+        if bits is not None:
+            engine = quantise_routers(engine if engine is not self.model else copy.deepcopy(self.model).eval(), bits)
+            dtype = f"{dtype}+router{bits}bit"
+        return engine, dtype
+
+    def router_bits(self, step: int) -> int | None:
+        """The engine's router precision at ``step`` (None: as the rest of the engine)."""
+        c = self.config
+        if c.rollout_router_bits_after_fault is None or not c.fault_active(step):
+            return None
+        every = max(1, round(c.steps * 0.1))
+        return max(2, c.rollout_router_bits_after_fault - (step - c.fault_step) // every)
 
     def _trainer_model(self):
         if self.config.compute_dtype == "float32":

@@ -66,6 +66,12 @@ class HarnessSpec:
     full_log: Path | None = None  # reuse an existing full-model log of the same scenario/seed/steps
     reuse_proxy: Path | None = None  # a proxy directory written by an earlier run_pair (same ratio/seed)
     dense_cache: Path | None = None
+    dense_pretrain_steps: int = 500
+    # a model of this shape (``TinyMoeShape``) instead of the bundled checkpoint: pretrained once
+    # into ``shape_cache`` (default ``<out>/full-<shape key>``) and reused by every later pair
+    shape: object | None = None
+    pretrain_steps: int = 1500
+    shape_cache: Path | None = None
 
     def __post_init__(self):
         from moeproxy.repro.scenarios import get_scenario
@@ -79,6 +85,8 @@ class HarnessSpec:
         BASELINES.lookup(self.baseline)
         if self.heal_steps < 0:
             raise InputError(f"heal_steps must be >= 0, got {self.heal_steps}")
+        if self.shape is not None and self.model:
+            raise InputError("give either --model or the shape options, not both: the model has its own shape")
 
     @property
     def run_name(self) -> str:
@@ -88,7 +96,23 @@ class HarnessSpec:
 def _full_dir(spec: HarnessSpec) -> Path:
     from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT
 
-    return Path(spec.model) if spec.model else DEFAULT_CHECKPOINT
+    if spec.model:
+        return Path(spec.model)
+    if spec.shape is not None:
+        return Path(spec.shape_cache or spec.out / f"full-{spec.shape.key}")
+    return DEFAULT_CHECKPOINT
+
+
+def ensure_full_model(spec: HarnessSpec, log=print) -> Path:
+    """The full checkpoint of the pair: ``--model``, the bundled one, or one of ``spec.shape``
+    pretrained here the first time (``repro pretrain`` with the same recipe) and reused after."""
+    from moeproxy.repro.pretrain import PretrainConfig, pretrain
+
+    path = _full_dir(spec)
+    if spec.shape is not None and not spec.model and not (path / "config.json").is_file():
+        log(f"pretraining a full model of shape {spec.shape.key} ({spec.pretrain_steps} steps) into {path}")
+        pretrain(PretrainConfig(steps=spec.pretrain_steps, shape=spec.shape, seed=0), path, log=log)
+    return path
 
 
 def build_cluster_proxy(spec: HarnessSpec, log=print) -> tuple[Path, dict]:
@@ -143,18 +167,20 @@ def dense_model(spec: HarnessSpec, log=print):
     """The dense baseline with the cluster proxy's active parameter count (pre-trained once, cached)."""
     from moeproxy.repro.grpo import active_parameters
     from moeproxy.repro.pretrain import PretrainConfig, pretrain
-    from moeproxy.repro.tiny_moe import dense_intermediate_for, load_tiny_moe
+    from moeproxy.repro.tiny_moe import TinyMoeShape, dense_intermediate_for, load_tiny_moe
 
     full, _ = load_tiny_moe(_full_dir(spec))
     cfg = full.config
+    shape = TinyMoeShape.from_config(cfg)  # the dense model keeps the full model's backbone
     kept = max(cfg.num_experts_per_tok, round(cfg.num_experts * spec.keep_ratio))
     router_params = cfg.num_experts * cfg.hidden_size * cfg.num_hidden_layers
     # the proxy keeps top-k, so its active count is the full one less the pruned router rows
     proxy_active = active_parameters(full) - router_params * (cfg.num_experts - kept) // cfg.num_experts
-    width = dense_intermediate_for(proxy_active)
-    cache = Path(spec.dense_cache or spec.out / "dense-cache") / f"dense-i{width}"
+    width = dense_intermediate_for(proxy_active, shape)
+    cache = Path(spec.dense_cache or spec.out / "dense-cache") / f"dense-h{shape.hidden_size}-l{shape.num_hidden_layers}-a{shape.num_attention_heads}-i{width}"
     if not (cache / "config.json").is_file():
-        pretrain(PretrainConfig(steps=500, dense_intermediate_size=width), cache, log=log)
+        pretrain(PretrainConfig(steps=spec.dense_pretrain_steps, dense_intermediate_size=width, shape=shape), cache,
+                 log=log)
     model, tokenizer = load_tiny_moe(cache)
     return model, tokenizer, {"dense_intermediate_size": width, "parameters": sum(p.numel() for p in model.parameters()),
                               "target_active_parameters": proxy_active, "checkpoint": str(cache),
@@ -300,6 +326,7 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
 
     started = time.perf_counter()
     spec.out.mkdir(parents=True, exist_ok=True)
+    ensure_full_model(spec, log)
     scenario = get_scenario(spec.scenario)
     timings = {}
 

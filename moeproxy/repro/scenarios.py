@@ -23,6 +23,11 @@ FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed 
   importance-sampling correction.
 - ``routing_collapse``: from the fault step the router learning rate is x1000 and the load-balancing
   loss is switched off, so a few experts take most tokens (routing entropy falls, imbalance rises).
+- ``routing_mismatch``: a train/rollout mismatch that comes from the MoE structure and grows: from the
+  fault step the rollout engine's router weights are held at 6 bits, one bit fewer every tenth of
+  the run (down to 2), as an engine computing router logits in low precision; the engine routes more
+  and more tokens to other experts than the trainer, whose fp32 log-probs are compared with the
+  engine's (engine log-probs are pi_old, no correction). Everything else is as ``healthy``.
 """
 
 from __future__ import annotations
@@ -64,6 +69,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("precision_mismatch", "rollouts from an FP8 engine copy from the fault step, trainer fp32, engine "
                  "log-probs used as pi_old without correction", "precision_mismatch",
                  {"rollout_dtype_after_fault": "float8_e5m2", "old_logprobs_from_rollout": True}, fault_at=0.4),
+        Scenario("routing_mismatch", "rollout engine's router weights at 6 bits from the fault step, one bit fewer "
+                 "every tenth of the run: routing differs from the trainer's more and more",
+                 "precision_mismatch", {"rollout_router_bits_after_fault": 6, "old_logprobs_from_rollout": True},
+                 fault_at=0.4),
         Scenario("routing_collapse", "router learning rate x1000 and load-balancing loss off at the fault step",
                  "routing_collapse", {"router_lr_multiplier": 1000.0, "aux_loss_coef_after_fault": 0.0},
                  fault_at=0.4),

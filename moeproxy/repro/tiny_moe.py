@@ -34,6 +34,56 @@ class TinyMoeShape:
     max_position_embeddings: int = 32
     router_aux_loss_coef: float = 0.01
 
+    def __post_init__(self):
+        positive = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                    "num_experts", "num_experts_per_tok", "moe_intermediate_size")
+        bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) < 1]
+        if bad:
+            raise ValueError(f"model shape: {', '.join(bad)} must be >= 1")
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(f"model shape: top-k {self.num_experts_per_tok} is more than the "
+                             f"{self.num_experts} experts")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"model shape: {self.num_attention_heads} attention heads do not share "
+                             f"{self.num_key_value_heads} key/value heads evenly")
+
+    @classmethod
+    def from_options(cls, hidden_size: int | None = None, moe_intermediate_size: int | None = None,
+                     layers: int | None = None, experts: int | None = None, top_k: int | None = None,
+                     heads: int | None = None) -> "TinyMoeShape":
+        """The shape the command-line options ask for, the rest from the defaults: heads split the
+        hidden size (``head_dim = hidden_size // heads``) and share half as many key/value heads."""
+        base = cls()
+        hidden = hidden_size or base.hidden_size
+        n_heads = heads or base.num_attention_heads
+        if hidden % n_heads:
+            raise ValueError(f"model shape: hidden size {hidden} is not a multiple of {n_heads} heads")
+        return cls(hidden_size=hidden, num_hidden_layers=layers or base.num_hidden_layers,
+                   num_attention_heads=n_heads, num_key_value_heads=max(1, n_heads // 2), head_dim=hidden // n_heads,
+                   num_experts=experts or base.num_experts, num_experts_per_tok=top_k or base.num_experts_per_tok,
+                   moe_intermediate_size=moe_intermediate_size or base.moe_intermediate_size)
+
+    @classmethod
+    def from_config(cls, config) -> "TinyMoeShape":
+        """The shape of a model from its transformers config (or its config.json as a dict); a dense
+        config has no experts: its MLP width stands for one expert of top-1."""
+        get = config.get if isinstance(config, dict) else (lambda k, d=None: getattr(config, k, d))
+        hidden = get("hidden_size")
+        heads = get("num_attention_heads")
+        experts = get("num_experts") or get("num_local_experts") or 1  # transformers 5 saves num_local_experts
+        return cls(hidden_size=hidden, num_hidden_layers=get("num_hidden_layers"), num_attention_heads=heads,
+                   num_key_value_heads=get("num_key_value_heads") or heads, head_dim=get("head_dim") or hidden // heads,
+                   num_experts=experts, num_experts_per_tok=get("num_experts_per_tok") or 1,
+                   moe_intermediate_size=get("moe_intermediate_size") or get("intermediate_size"),
+                   max_position_embeddings=get("max_position_embeddings") or cls.max_position_embeddings,
+                   router_aux_loss_coef=get("router_aux_loss_coef") or 0.0)
+
+    @property
+    def key(self) -> str:
+        """A short name for checkpoints cached by shape: ``h64-i32-l3-e32-k4-a4``."""
+        return (f"h{self.hidden_size}-i{self.moe_intermediate_size}-l{self.num_hidden_layers}-e{self.num_experts}"
+                f"-k{self.num_experts_per_tok}-a{self.num_attention_heads}")
+
 
 def vocab() -> dict[str, int]:
     table = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}

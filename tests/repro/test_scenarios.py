@@ -10,11 +10,13 @@ from moeproxy.repro.verl_log import read_verl_jsonl
 
 
 def test_every_named_scenario_builds_a_config():
-    assert set(SCENARIOS) == {"healthy", "overflow", "divergence", "precision_mismatch", "routing_collapse"}
+    assert set(SCENARIOS) == {"healthy", "overflow", "divergence", "precision_mismatch", "routing_collapse",
+                              "routing_mismatch"}
     for name, scenario in SCENARIOS.items():
         config = scenario.config(30, 0)
         assert (config.fault_step is None) == (name == "healthy")
-        assert scenario.description and scenario.expected_verdict == name
+        # a routing mismatch is a train/rollout mismatch by LABELS.md
+        assert scenario.description and scenario.expected_verdict == {"routing_mismatch": "precision_mismatch"}.get(name, name)
         json.dumps(scenario.overrides)
 
 
@@ -37,3 +39,30 @@ def test_overflow_mechanism_produces_non_finite_grad_norm(tmp_path):
     norms = [r["data"]["actor/grad_norm"] for r in read_verl_jsonl(tmp_path / "o.jsonl")]
     assert norms[0] == norms[0] and norms[0] < 65504 / config.loss_scale  # finite before the fault
     assert any(n != n for n in norms[2:])  # inf written as null, read back as NaN
+
+
+def test_routing_mismatch_quantises_only_the_engines_routers_coarser_over_the_run():
+    """The structure-dependent fault: from the fault step the engine's router weights lose a bit
+    every tenth of the run (6 -> 2 bits); the trainer's model and every other engine weight are
+    untouched, so the gap comes from routing alone and grows."""
+    import torch
+
+    from moeproxy.repro.grpo import GrpoTrainer, _router_parameters
+
+    model, tok = load_tiny_moe()
+    config = get_scenario("routing_mismatch").config(30, 0, rollout_dtype="float32", prompts_per_step=2)
+    trainer = GrpoTrainer(model, tok, config)
+    assert [trainer.router_bits(s) for s in (12, 13, 15, 16, 19, 22, 25, 30)] == [None, 6, 6, 5, 4, 3, 2, 2]
+    before = [p.detach().clone() for p in _router_parameters(trainer.model)]
+    distinct = []
+    for step in (13, 25):
+        engine, dtype = trainer._rollout_engine(step)
+        assert dtype.endswith(f"router{trainer.router_bits(step)}bit")
+        routers = _router_parameters(engine)
+        distinct.append(max(len(torch.unique(p)) for p in routers))
+        router_ids = {id(p) for p in routers}
+        others = [(a, b) for a, b in zip(engine.parameters(), trainer.model.parameters()) if id(a) not in router_ids]
+        assert others and all(torch.equal(a, b) for a, b in others)
+    assert distinct[0] <= 2 ** 6 - 1 and distinct[1] <= 3 and distinct[1] < distinct[0]
+    assert all(torch.equal(a, b) for a, b in zip(before, _router_parameters(trainer.model)))  # trainer untouched
+    assert trainer._rollout_engine(12)[0] is trainer.model  # before the fault: the fp32 model itself
