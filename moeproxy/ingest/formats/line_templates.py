@@ -1,0 +1,121 @@
+"""The last resort for a log no other reader knows: records found as lines that repeat one template.
+
+Each line's numbers are replaced by a slot (``Batch 706/56191 - Loss: nan`` -> ``Batch #/# - Loss: #``);
+a template that repeats on many lines is a record type. In each record type:
+- the step is the first slot of whole numbers that never decrease and grow over the lines (a slot
+  named like a counter, ``step``/``iter``/``batch``/``epoch``, first);
+- every other slot with a word before it (in the template's text since the slot before) is a
+  metric under that word (``Loss`` -> ``loss``); slots with no word before them (the total of
+  ``706/56191``, the parts of a timestamp) are not metrics.
+
+Only a template that repeats (``MIN_RECORDS`` lines, and the record types together a quarter of
+the lines read) counts, so a page of prose or a config file is not a log. It sniffs low (0.1): any
+reader that knows the file's shape wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from moeproxy.ingest.names import guess_framework
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import HEAD_BYTES, SourceFile
+from moeproxy.ingest.table import LogTable
+
+SLOT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w])[-+]?(?:nan|inf)(?![\w])",
+                  re.IGNORECASE)
+WORD = re.compile(r"[A-Za-z_][\w./\-]*[A-Za-z_\d]|[A-Za-z_]")
+COUNTER = re.compile(r"^(?:global_?step|step|iter(?:ation)?|it|batch|update|epoch)s?$", re.IGNORECASE)
+MIN_RECORDS = 5
+MAX_LINE = 4096  # a longer line is data, not a printed record
+
+
+def _number(text: str) -> float:
+    return float(text)  # Python reads nan, inf, -inf and +inf in any case
+
+
+def _split(line: str) -> tuple[str, list[str], list[str]] | None:
+    """(template, the literal texts between slots, the slots' texts), or None for a line without numbers."""
+    if len(line) > MAX_LINE:
+        return None
+    parts = SLOT.split(line)
+    values = SLOT.findall(line)
+    if not values:
+        return None
+    return "#".join(p.strip() for p in parts), parts, values
+
+
+def _names(parts: list[str]) -> list[str | None]:
+    """The metric name of each slot: the last word in the text before it (since the slot before)."""
+    out = []
+    for text in parts[:-1]:
+        words = WORD.findall(text)
+        out.append(words[-1].lower() if words else None)
+    return out
+
+
+def _records(lines) -> dict[str, list[tuple[list[str], list[str]]]]:
+    groups: dict[str, list[tuple[list[str], list[str]]]] = defaultdict(list)
+    for line in lines:
+        split = _split(line.strip())
+        if split is not None:
+            groups[split[0]].append((split[1], split[2]))
+    return groups
+
+
+def _step_slot(rows: list[tuple[list[str], list[str]]], names: list[str | None]) -> int | None:
+    """The slot that counts the records: whole numbers, never decreasing, growing over the lines."""
+    candidates = []
+    for i in range(len(names)):
+        texts = [values[i] for _, values in rows]
+        if not all(t.lstrip("+-").isdigit() for t in texts):
+            continue
+        ints = [int(t) for t in texts]
+        if all(b >= a for a, b in zip(ints, ints[1:])) and ints[-1] > ints[0]:
+            candidates.append(i)
+    named = [i for i in candidates if names[i] and COUNTER.match(names[i])]
+    return (named or candidates or [None])[0]
+
+
+def _record_types(lines) -> list[tuple[list[str | None], int, list]]:
+    """(slot names, step slot, rows) of each template that repeats and has a step and a metric."""
+    out = []
+    for _template, rows in _records(lines).items():
+        if len(rows) < MIN_RECORDS:
+            continue
+        names = _names(rows[0][0])
+        step = _step_slot(rows, names)
+        if step is None or not any(n for i, n in enumerate(names) if i != step):
+            continue
+        out.append((names, step, rows))
+    return out
+
+
+def parse_line_templates(src: SourceFile) -> ParsedLog:
+    lines = [text for _, text in src.lines()]
+    table = LogTable()
+    used = 0
+    for names, step, rows in _record_types(lines):
+        for _, values in rows:
+            record = {n: _number(v) for i, (n, v) in enumerate(zip(names, values)) if i != step and n}
+            if record:
+                table.add_dict(int(values[step]), record)
+                used += 1
+    rows = table.columns()
+    skipped = sum(1 for text in lines if text.strip()) - used
+    return ParsedLog(src.path, "line-templates", guess_framework(rows.names), src.sha256, rows, skipped)
+
+
+def sniff_line_templates(src: SourceFile) -> float:
+    lines = [line[:HEAD_BYTES] for line in src.head_lines() if line.strip()]
+    if not lines:
+        return 0.0
+    kinds = _record_types(lines)
+    covered = sum(len(rows) for _, _, rows in kinds)
+    return 0.1 if kinds and covered >= max(MIN_RECORDS, len(lines) // 4) else 0.0
+
+
+register(LogFormat("line-templates", "the last resort: lines that repeat one template, a counter and named numbers "
+                   "(Batch 706/9000 - Loss: 2.1)", sniff_line_templates, parse_line_templates, top_score=0.1,
+                   priority=95))

@@ -1,0 +1,64 @@
+"""The last-resort reader: lines repeating one template, with a counter and named numbers. Made-up
+logs in shapes no dedicated reader knows; prose, a config and a table of unnamed numbers are not
+read as logs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from moeproxy.errors import InputError
+from moeproxy.ingest import parse_file
+
+
+def _by_metric(parsed):
+    return {m: dict(zip(g["step"], g["value"])) for m, g in parsed.frame.groupby("metric", observed=True)}
+
+
+def test_a_repeated_line_with_a_counter_and_named_numbers(tmp_path):
+    log = tmp_path / "train.out"
+    lines = ["starting job 7 on 4 nodes"]
+    lines += [f">> upd#{u} ~ Loss -> {3.0 - u / 100:.4f} ~ Norm -> {0.5 + u / 1000:.3f} ~ {u * 10} samples" for u in range(1, 13)]
+    lines += [">> upd#13 ~ Loss -> nan ~ Norm -> inf ~ 130 samples"]
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    assert parsed.format == "line-templates"
+    metrics = _by_metric(parsed)
+    # "upd#" numbers the records (the step); the sample count has no word before it: not a metric
+    assert set(metrics) == {"loss", "norm"}
+    assert metrics["loss"][1] == pytest.approx(2.99) and math.isnan(metrics["loss"][13])
+    assert metrics["norm"][13] == math.inf and parsed.skipped_lines == 1
+
+
+def test_two_record_types_share_the_counter(tmp_path):
+    log = tmp_path / "log.txt"
+    rows = []
+    for s in range(0, 40):
+        rows.append(f"[{s:05d}] train_ce={2.0 - s / 100:.3f}")
+        if s % 8 == 0:
+            rows.append(f"[{s:05d}] heldout_ce={2.1 - s / 100:.3f} (best so far)")
+    log.write_text("\n".join(rows) + "\n")
+    metrics = _by_metric(parse_file(log, fmt="line-templates"))
+    assert len(metrics["train_ce"]) == 40 and sorted(metrics["heldout_ce"]) == [0, 8, 16, 24, 32]
+
+
+@pytest.mark.parametrize("text", [
+    "The quick brown fox jumps over 3 lazy dogs.\nIt was 1999 and then 2001.\n" * 3,
+    "".join(f"{i} {i * 2} {i * 3}\n" for i in range(20)).replace(" ", "\t\t"),  # numbers with no names
+    "".join(f"option_{i} = {i}\n" for i in range(20)),  # a config: every line its own template
+])
+def test_prose_configs_and_unnamed_numbers_are_not_logs(tmp_path, text):
+    path = tmp_path / "notes.txt"
+    path.write_text(text)
+    with pytest.raises(InputError, match="notes.txt"):
+        _only_templates(path)
+
+
+def _only_templates(path):
+    from moeproxy.ingest.formats.line_templates import parse_line_templates, sniff_line_templates
+    from moeproxy.ingest.source import open_source
+
+    if sniff_line_templates(open_source(path)) == 0:
+        raise InputError(f"{path}: not a log of repeated lines")
+    return parse_line_templates(open_source(path))
