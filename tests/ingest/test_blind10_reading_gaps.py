@@ -106,3 +106,14 @@ def test_a_json_object_without_a_numeric_column_is_refused_by_name(tmp_path):
     path.write_text('{"a": [1, 2, 3], "b": [4, 5, 6], "c": "x"}'.replace("[1, 2, 3]", '["x", "y", "z"]'))
     with pytest.raises(InputError, match="config.json"):
         parse_file(path)
+
+
+def test_a_short_row_in_the_middle_of_a_long_csv_is_cells_not_logged(tmp_path):
+    """Beyond the lines the sniffer reads, a row with fewer cells than the header: its missing
+    cells are "not logged", never a crash."""
+    rows = [f"{i},{1.0 + i / 100:.3f},{0.5:.1f}" for i in range(120)]
+    rows[90] = "90,1.9"
+    path = tmp_path / "long.csv"
+    path.write_text("\n".join(["step,loss,grad_norm"] + rows) + "\n")
+    metrics = _by_metric(parse_file(path))
+    assert metrics["loss"][90] == pytest.approx(1.9) and 90 not in metrics["grad_norm"] and len(metrics["grad_norm"]) == 119

@@ -57,10 +57,13 @@ def parse_csv(src: SourceFile) -> ParsedLog:
 
     try:
         text = src.read_text()
-        df = pd.read_csv(io.StringIO(text), sep=_dialect(src), dtype=str, keep_default_na=False, on_bad_lines="skip")
-        df = df.fillna("")  # cells a short last row lacks: not logged
+        # na_filter off: every cell stays its text, and the cells a short row lacks read "" (not logged)
+        df = pd.read_csv(io.StringIO(text), sep=_dialect(src), dtype=str, keep_default_na=False, na_filter=False,
+                         on_bad_lines="skip")
         # rows with more cells than the header (two records run together) were left out: counted, noted
-        bad = max(0, sum(1 for line in text.splitlines() if line.strip()) - 1 - len(df))
+        # (the newline count first, in C; the exact count of non-blank lines only when it says rows are missing)
+        lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        bad = 0 if lines - 1 <= len(df) else max(0, sum(1 for line in text.splitlines() if line.strip()) - 1 - len(df))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{src.path}: malformed CSV ({str(exc).splitlines()[0]})") from None
     table = LogTable()
