@@ -57,6 +57,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "rollout/reward_mean", "train/reward", "rollout/raw_reward", "objective/scores", "score",
         "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward", "env/all/reward/total",
         "reward_avg",
+        # RL libraries' episode return (OpenAI baselines DDPG/PPO2, Stable-Baselines3, RLlib)
+        "rollout/return_history", "rollout/return", "eprewmean", "rollout/ep_rew_mean", "ep_rew_mean", "episode_reward_mean",
+        "episode_return", "episode_reward", "mean_return", "avg_return", "return_mean",
     ),
     "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
     "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal
@@ -113,6 +116,8 @@ STEP_KEYS: tuple[str, ...] = (
     "step", "global_step", "_step", "iteration", "iter", "train/global_step", "trainer/global_step",
     "training/global_step", "train/step", "Step",
     "grpo_step", "rollout_step", "ppo_step", "rl_step",
+    # RL libraries count environment steps (baselines, Stable-Baselines3, RLlib)
+    "total/steps", "total_timesteps", "time/total_timesteps", "misc/total_timesteps", "timesteps_total",
 )
 
 # keys whose value is the step as a progress string "N/TOTAL" (ms-swift: "global_step/max_steps": "5/2169")

@@ -9,7 +9,8 @@ the run the detectors see and a ``DataReading`` that says what was set aside and
   The training loss or grad norm non-finite in every record is kept: that is the computation
   overflowing from the start (or no update ever applied).
 - **Logging artefacts at the edges.** A lone non-finite value in the first record followed by
-  finite records (a record written before any update: an eval-only line at step 0), or in the last
+  finite records that move (a record written before any update: an eval-only line at step 0; a
+  series frozen at one value from the next record on was not trained after it), or in the last
   record preceded by finite ones when that record is partial (fewer metrics than the records
   before it: a crash mid-write), is not overflow: it is masked.
 - **Empty updates.** A record where the loss and the grad norm are both exactly 0 is an update
@@ -105,7 +106,11 @@ def edge_artefacts(series: pd.Series, record_counts: pd.Series) -> list[int]:
         return []
     bad = ~np.isfinite(v)
     out = []
-    if bad[0] and not bad[1:3].any():
+    later = v[1:][np.isfinite(v[1:])]
+    # "followed by normal training" (LABELS.md): the values after it move. A series that sits at one
+    # value from the next record on (a grad norm of exactly 0, a loss repeated to the last digit)
+    # was not trained after the non-finite record: it is kept, the first sign of the failure
+    if bad[0] and not bad[1:3].any() and np.ptp(later) > 0:
         out.append(int(series.index[0]))
     if bad[-1] and not bad[-3:-1].any():
         last = int(series.index[-1])

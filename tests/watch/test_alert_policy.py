@@ -14,12 +14,14 @@ def result(verdict, onset):
 
 
 def replay(readings, tie_steps=2.0):
-    """The alerts raised over a sequence of diagnoses of one growing run."""
+    """The alerts raised over a sequence of diagnoses of one growing run (without ``detected_at``,
+    the wall-clock time of each: two replays run a millisecond apart)."""
     open_alert, raised = None, []
     for verdict, onset in readings:
         alert = next_alert(open_alert, "r", result(verdict, onset), 200, tie_steps)
         if alert is not None:
-            raised.append(alert)
+            assert alert["detected_at"]
+            raised.append({k: v for k, v in alert.items() if k != "detected_at"})
             open_alert = alert
     return raised
 

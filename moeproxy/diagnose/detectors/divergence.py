@@ -4,7 +4,8 @@ On log10 of the positive values (zeros, e.g. GRPO groups with zero reward varian
 signal), a departure must stand out from the run's own recent noise (robust z) and move by at
 least a factor (3x grad norm, 1.25x loss). It is critical when it lasts: >= 2 records that never
 come back (or that run into the first non-finite value: the overflow is then a consequence), or
->= 3 records that later recover. Shorter spikes that recover are blips: warnings; a large one (10x,
+>= ``spike_recover_records`` (6, and never a tenth of the log) that later recover. Shorter spikes
+that recover are blips (LABELS.md "a spike that recovers within a few records"): warnings; a large one (10x,
 Megatron's spiky factor) becomes critical only when a lasting change starts with it (verdict.py). Records of the
 fp16 loss-scale search at start-up are ignored; RL policy losses (signed, near zero) are skipped.
 """
@@ -28,10 +29,15 @@ thresholds(
     loss_factor=(1.25, "sustained positive-loss level rise that counts as divergence"),
     loss_rise_over_best=(2.0, "loss above this multiple of its best so far, for good: divergence"),
     rise_scale_share=(0.05, "... and by at least this share of the level it ran at before (90th percentile)"),
+    rise_level_share=(0.05, "... its best level: the lowest median over this share of the log's consecutive records"),
+    rise_tail_share=(0.01, "... for at least this share of the log's records (and two)"),
+    rise_recent_records=(10, "... and above the median of this many records before the rise (it stayed up)"),
     grad_blowup_factor=(100.0, "LABELS.md: grad norm x100 of the run's median, repeatedly"),
     blowup_cluster_records=(10, "a repeated blow-up dates from three blown-up records within this many"),
     policy_loss_floor=(10.0, "an RL policy loss (O(1) when clipped over normalised advantages) this large has blown up"),
     validation_rise=(1.25, "a validation loss that rose less than this did not see a train-loss jump"),
+    spike_recover_records=(6, "a rise above the noise band that is back within fewer records is a spike (LABELS.md: 'a few')"),
+    spike_log_share=(0.1, "... and fewer than this share of the log's records (at least 3)"),
     large_spike=(10.0, "Megatron's SPIKY_LOSS_FACTOR: a spike that may have done damage"),
     huge_spike=(100.0, "a record this many times the median before it: a blow-up on sight"),
     zero_advantage=(0.01, "RL grad norms below this share of the usual level: equal-reward groups"),
@@ -53,8 +59,8 @@ RULES = declare(DIVERGENCE, {
     "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
 }, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup"),
    spike=("large_spike", "grad_excursion"),
-   thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
-               "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor"),
+   thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share", "rise_level_share", "rise_tail_share", "rise_recent_records"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
+               "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor", "spike_recover_records", "spike_log_share"),
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
                "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
@@ -105,20 +111,37 @@ def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     v, st = vals[ok], steps[ok]
     if v.size < 3:
         return None
-    best = np.minimum.accumulate(v)
+    # its best level so far: the lowest median of ``rise_level_share`` of the log's consecutive
+    # records (one record in a log of fewer than 40: 8 sparse records read at their own
+    # resolution; in a noisy loss of thousands of records the luckiest one is an outlier low)
+    window = max(1, int(v.size * cfg.rise_level_share))
+    level = pd.Series(v).rolling(window, min_periods=1).median().to_numpy()
+    best = np.minimum.accumulate(level)
     # the smallest value from each record to the end: the rise must hold for every later record
     floor_after = np.minimum.accumulate(v[::-1])[::-1]
-    for k in range(1, v.size - 1):
+    # "stays" for at least two records and ``rise_tail_share`` of the log (the last two of a
+    # thousand noisy records above twice a level say nothing; the last two of eight do)
+    tail = max(2, int(np.ceil(cfg.rise_tail_share * v.size)))
+    ks = np.arange(1, max(1, v.size - tail + 1))
+    # the cheap condition first, for every record at once; the quantiles only where it holds
+    for k in ks[floor_after[ks] >= cfg.loss_rise_over_best * best[ks - 1]]:
         # "far out of its range": the lasting rise must also matter on the scale the loss ran at
         # before (a memorised loss going 1e-5 -> 7e-5 after starting near 5 has not diverged)
         scale = float(np.quantile(v[:k], 0.9))
-        if (floor_after[k] >= cfg.loss_rise_over_best * best[k - 1]
-                and floor_after[k] - best[k - 1] >= cfg.rise_scale_share * scale):
+        # "and stays": every later record above the level the loss ran at just before, not only
+        # above its single best record (in a noisy loss the best record is an outlier low, and a
+        # short tail's lowest value is compared with a long history's lowest)
+        recent = float(np.median(v[max(0, k - cfg.rise_recent_records):k]))
+        if (floor_after[k] - best[k - 1] >= cfg.rise_scale_share * scale
+                and floor_after[k] > recent):
             top = k + int(np.argmax(v[k:]))
             low = k + int(np.argmin(v[k:]))
-            b = int(np.argmin(v[:k]))
+            b = int(np.argmin(level[:k]))
+            a = max(0, b - window + 1)
+            best_at = (f"{fmt(v[b])} at step {int(st[b])}" if a == b else
+                       f"a median of {fmt(level[b])} over steps {int(st[a])}-{int(st[b])}")
             return Finding(DIVERGENCE, int(st[k]), CRITICAL, name, "rise_over_best",
-                           f"{name} rose from its best, {fmt(v[b])} at step {int(st[b])}, to {fmt(v[k])} at step "
+                           f"{name} rose from its best, {best_at}, to {fmt(v[k])} at step "
                            f"{int(st[k])} and never came back: over the {v.size - k} records from there, lowest "
                            f"{fmt(v[low])} at step {int(st[low])}, peak {fmt(v[top])} at step {int(st[top])}")
     return None
@@ -185,7 +208,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     last = int(np.flatnonzero(np.isfinite(y))[-1]) if np.isfinite(y).any() else -1
     truncated = cut < len(vals)
     out: list[Finding] = []
-    blips: list[tuple[int, float]] = []
+    blips: list[tuple[int, float, tuple[str, str], int]] = []  # step, peak, shown, records up
     final_step = int(steps[last]) if last >= 0 else None
     used = pd.Series(np.where(np.isfinite(y), prefix, np.nan), index=steps[:cut])
 
@@ -207,7 +230,11 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         elif at_end:
             critical, tail = n_rec >= 2, "; it had not come back by the last record"
         else:
-            critical = n_rec >= 3
+            # LABELS.md: "a single spike that recovers within a few records" is healthy. A few:
+            # ``spike_recover_records``, and never a tenth of the log or more (three of 19 sparse
+            # records, each 1000 steps, is no blip)
+            few = min(cfg.spike_recover_records, max(3, int(np.ceil(cfg.spike_log_share * (last + 1)))))
+            critical = n_rec >= few
             tail = f"; back in band after step {int(steps[d.end])}"
         if not critical and at_end and truncated:
             # one record up, then the series turns non-finite: not a blip that recovered. The
@@ -219,7 +246,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
             out.append(Finding(DIVERGENCE, int(steps[d.first]), WARNING, name, rule, what))
             continue
         if not critical:
-            blips.append((int(steps[d.first]), peak, (ev.rec(raw, steps[d.peak]), times(d, d.peak))))
+            blips.append((int(steps[d.first]), peak, (ev.rec(raw, steps[d.peak]), times(d, d.peak)), n_rec))
             continue
         if kind == "grad" and not at_end and (rl or peak < cfg.grad_blowup_factor):
             # a grad norm that runs high for a few updates and settles (an RL policy's at any
@@ -255,19 +282,20 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
                            + f", {n_rec} records above its noise band{tail}"))
         blips = [b for b in blips if b[0] < int(steps[d.onset])]
         break
-    for step, peak, shown in blips:
+    for step, peak, shown, n_up in blips:
         if peak >= cfg.large_spike:  # reported one by one: verdict.py promotes one that did lasting damage
             after = ("in the last record: the log ends before it could come back or last" if step == final_step
-                     else "and came back within 2 records")
+                     else f"and came back after {n_up} record(s) up")
             out.append(Finding(DIVERGENCE, step, WARNING, name, "large_spike",
                                f"{name} spiked to {shown[0]} ({shown[1]}) {after}"))
     out += _huge_spikes(name, series.iloc[:cut], out, [b[0] for b in blips], cfg, raw,
                         early_level=kind == "grad" and not rl)
     blips = [b for b in blips if b[1] < cfg.large_spike]
     if blips:
-        step, peak, shown = max(blips, key=lambda b: b[1])
+        step, peak, shown, _ = max(blips, key=lambda b: b[1])
+        longest = max(b[3] for b in blips)
         out.append(Finding(DIVERGENCE, blips[0][0], WARNING, name, "isolated_spike",
-                           f"{len(blips)} short {name} spike(s) that recovered within 2 records "
+                           f"{len(blips)} short {name} spike(s) that recovered within {longest} record(s) "
                            f"(largest {shown[0]}, {shown[1]}): not divergence"))
     return early + out
 
@@ -284,7 +312,13 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int],
     vals = series.to_numpy(dtype=float)
     steps = series.index.to_numpy()
     ok = np.flatnonzero(np.isfinite(vals) & (vals > 0))
-    for j in range(2, ok.size):
+    if ok.size < 3:
+        return []
+    # a record can only be huge_spike x the median before it if it is that many times the lowest
+    # record before it: the medians are taken only there (a 19,000-record log took 1.6 s before)
+    lowest = np.minimum.accumulate(vals[ok])
+    may = 2 + np.flatnonzero(vals[ok[2:]] >= cfg.huge_spike * lowest[1:-1])
+    for j in may:
         before = vals[ok[:j]]
         med = float(np.median(before))
         if vals[ok[j]] >= cfg.huge_spike * med:

@@ -53,6 +53,7 @@ RULES = declare(OVERFLOW, {
     "loss_zero_nan_filter": "the loss printed as exactly 0 where a NaN filter zeroes it",
     "nan_filtered_from_start": "the loss printed 0 in every record and the validation loss NaN: non-finite from the start",
     "fp16_startup_search": "the fp16 loss-scale search at start-up (not a failure)",
+    "nonfinite_lasting": "another logged metric inf/NaN from one record to the last, after being finite",
 }, decisive=("nonfinite_value", "overflow_storm", "loss_scale_min", "saturated_value"), spike=("lone_nonfinite",),
    # a storm is the mechanism of the loss printed with it; a scaler that halves a few times and
    # settles is what a loss spike looks like from the scaler's side: downstream of divergence
@@ -60,7 +61,7 @@ RULES = declare(OVERFLOW, {
    thresholds={"saturated_value": ("saturation_abs", "fp16_max", "tie_records"),
                "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
-               "nonfinite_value": ("skipped_share",), "lone_nonfinite": ("tie_records",), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
+               "nonfinite_value": ("skipped_share",), "lone_nonfinite": ("tie_records",), "nonfinite_lasting": ("tie_records", "large_spike"), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
 
@@ -278,10 +279,14 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
 def _skipped_steps(grad: np.ndarray, run: RunSeries, cfg: DiagnoseConfig) -> bool:
     """Scattered non-finite grad norms that the loss never follows: each is followed by a finite
     record and the loss stays finite, so the updates were skipped (fp16 AMP's GradScaler, or a
-    trainer that drops non-finite steps), not applied."""
+    trainer that drops non-finite steps), not applied - when training goes on after them (a norm
+    frozen at one value from the first non-finite record on is no skipped step)."""
     bad = ~np.isfinite(grad)
     if not bad.any() or bad[-1] or bad.mean() > cfg.skipped_share or (bad[:-1] & bad[1:]).any():
         return False
+    after = grad[int(np.flatnonzero(bad)[0]) + 1:]
+    if np.ptp(after[np.isfinite(after)]) == 0:
+        return False  # the norm sits at one value from there on (exactly 0): no training went on after it
     loss = run.resolve("loss")
     return loss is not None and bool(np.isfinite(loss[1].to_numpy()).all())
 
@@ -362,6 +367,48 @@ def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     f"infinite")]
 
 
+def _lasting_nonfinite_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) -> list[Finding]:
+    """A metric other than the loss and grad norm (a running normaliser, a Q estimate, a reward
+    statistic) that was finite and then reads inf/NaN on every record to the last: the numbers left
+    the representable range and stayed out (LABELS.md overflow), whatever the metric is called.
+    One that comes back is not this (it did not last); a metric never finite was never computed."""
+    out: list[Finding] = []
+    found = run.resolve("loss")
+    loss = found[1].dropna() if found is not None else None
+
+    def loss_blown_up(step: int) -> bool:
+        """The training loss at this record already far above its level (a perplexity, exp of a loss
+        of 1e7, is inf): the non-finite metric follows the loss's blow-up, it is not its cause."""
+        if loss is None:
+            return False
+        upto = loss[loss.index <= step]
+        if len(upto) < 2 or not np.isfinite(upto.iloc[-1]):
+            return False
+        prior = upto.iloc[:-1][np.isfinite(upto.iloc[:-1].to_numpy())].tail(20)
+        return len(prior) > 0 and abs(float(upto.iloc[-1])) >= cfg.large_spike * abs(float(prior.median()))
+
+    for name in run.names:
+        if is_numeric_health_key(name) or "scale" in name.lower() or name.lower().startswith(("val", "eval", "test")):
+            continue
+        s = run.get(name)
+        if start_end is not None:
+            s = s[s.index > start_end]
+        vals = s.to_numpy(dtype=float)
+        bad = ~np.isfinite(vals)
+        if not bad.any():
+            continue
+        j = int(np.flatnonzero(bad)[0])
+        if (j <= cfg.tie_records or not bad[j:].all() or len(vals) - j <= cfg.tie_records
+                or loss_blown_up(int(s.index[j]))):
+            continue
+        prior = _records_before(s, int(s.index[j]))
+        out.append(Finding(OVERFLOW, int(s.index[j]), CRITICAL, name, "nonfinite_lasting",
+                           f"{name} went from {ev.rec(prior, prior.index[-1])} (a median of "
+                           f"{fmt(float(prior.median()))} over {ev.steps_of(prior.index)}) to {fmt(vals[j])} at step "
+                           f"{int(s.index[j])} and stayed non-finite in all {len(vals) - j} records to the last"))
+    return out
+
+
 @register_detector("overflow", "non-finite loss/grad, loss-scale collapse, skipped/NaN iterations, saturation")
 def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run, cfg)
@@ -373,6 +420,7 @@ def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     findings += _vanished_loss_findings(run, start_end)
     findings += _storm_findings(run, cfg, start_end)
     findings += _zero_loss_findings(run, cfg) or _nan_filtered_from_start(run)
+    findings += _lasting_nonfinite_findings(run, cfg, start_end)
     if start_end is not None:
         findings.append(Finding(OVERFLOW, int(run.first_step), INFO, found[0], "fp16_startup_search",
                                 f"fp16 loss-scale search at start-up up to step {start_end} is not a "
