@@ -49,6 +49,13 @@ def main(argv=None) -> int:
     print(f"\n== all {len(every)} logs: {score(every).line()}; {len({c.source for c in every})} sources; "
           f"tracebacks {sum(bool(c.error and c.error.startswith('TRACEBACK')) for c in every)}; "
           f"slowest {max((c.seconds for c in every), default=0):.2f} s")
+    from moeproxy.diagnose.evaluation import case_calibration, first_sight_calibration, render_calibration
+
+    print(render_calibration("right by confidence, these logs now", case_calibration(every)))
+    kept = sorted(REAL.glob("*/first_sight_output.txt"))
+    if kept and not args.folders:
+        print(render_calibration(f"right by confidence at first sight ({len(kept)} blind sets whose output "
+                                 f"was kept)", first_sight_calibration(kept)))
     disagree = [c for c in every if c.raters_disagree]
     if disagree:
         loud = [c.file for c in disagree if c.confidence == "high"]

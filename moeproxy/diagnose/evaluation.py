@@ -180,3 +180,42 @@ def render_cases(title: str, cases: list[Case]) -> str:
         if any(pair[0] == r for pair in counts):
             lines.append(f"{r:<20}" + "".join(f"{counts.get((r, k), 0):>11}" for k in keys))
     return "\n".join(lines)
+
+
+CONFIDENCES = ("high", "medium", "low")
+
+
+def calibration(pairs) -> dict[str, tuple[int, int]]:
+    """How often a verdict of each confidence was right: ``{confidence: (right, total)}`` over
+    ``(confidence, right)`` pairs; a log that could not be read has confidence ``-``."""
+    out: dict[str, tuple[int, int]] = {}
+    for confidence, right in pairs:
+        ok, n = out.get(confidence, (0, 0))
+        out[confidence] = (ok + bool(right), n + 1)
+    return out
+
+
+def case_calibration(cases: list[Case]) -> dict[str, tuple[int, int]]:
+    return calibration((c.confidence if not c.error else "-", c.verdict_ok and c.onset_ok is not False)
+                       for c in cases)
+
+
+_ROW = re.compile(r"^([X ]) \S.*\s(high|medium|low|-)(?:\s+\[.*)?$")
+
+
+def first_sight_calibration(outputs) -> dict[str, tuple[int, int]]:
+    """The same table read from kept first-sight outputs (``render_cases`` text, one file per blind
+    set): the only held-out measure of what "high" is worth on logs nobody had seen."""
+    pairs = []
+    for path in outputs:
+        for line in Path(path).read_text().splitlines():
+            m = _ROW.match(line)
+            if m and not line.startswith(("==", "file")):
+                pairs.append((m.group(2), m.group(1) == " "))
+    return calibration(pairs)
+
+
+def render_calibration(title: str, table: dict[str, tuple[int, int]]) -> str:
+    cells = [f"{k} {table[k][0]}/{table[k][1]} ({100 * table[k][0] / table[k][1]:.0f} %)"
+             for k in (*CONFIDENCES, "-") if k in table and table[k][1]]
+    return f"{title}: " + ", ".join(cells)

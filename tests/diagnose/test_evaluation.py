@@ -134,3 +134,19 @@ def test_real_training_runs_from_the_repro_harness(tmp_path):
         assert res["verdict"] == want["verdict"], (name, res["verdict"], res["onset_step"])
         if want["onset_step"] is not None:
             assert abs(res["onset_step"] - want["onset_step"]) <= ONSET_TOLERANCE * 59, (name, res["onset_step"])
+
+
+def test_first_sight_calibration_reads_kept_outputs(tmp_path):
+    from moeproxy.diagnose.evaluation import first_sight_calibration, render_calibration
+
+    out = tmp_path / "first_sight_output.txt"
+    out.write_text(
+        "\n== real logs in x: verdicts 2/4 (50 %), failures found 1/2, onsets in range 1/2, slowest 0.10 s\n"
+        "file                                                       wanted   got   onset accept           conf\n"
+        "  a.log                                                    healthy  healthy  None              high\n"
+        "X b.log                                                    healthy  divergence  80             high\n"
+        "  c.jsonl                                                  overflow overflow  3 2-4            low\n"
+        "X d.log                                                    overflow error  None 32-33          -  [InputError: x]\n")
+    table = first_sight_calibration([out])
+    assert table == {"high": (1, 2), "low": (1, 1), "-": (0, 1)}
+    assert render_calibration("t", table) == "t: high 1/2 (50 %), low 1/1 (100 %), - 0/1 (0 %)"
