@@ -23,7 +23,9 @@ CANONICAL = (
 # canonical -> originals in priority order. Sources: shared/research/logs-and-failures.md §1.0.
 ALIASES: dict[str, tuple[str, ...]] = {
     "loss": (
-        "loss", "lm loss", "lm_loss", "actor/pg_loss", "policy_loss", "train/loss", "train/pg_loss",
+        "loss", "lm loss", "lm_loss", "actor/pg_loss", "policy_loss",
+        "train/policy_gradient_loss", "policy_gradient_loss",  # Stable-Baselines3 (its train/loss adds the value loss)
+        "train/loss", "train/pg_loss",
         "train_loss", "train loss", "loss/policy_avg", "actor/loss",
     ),
     "grad_norm": (
@@ -107,7 +109,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 # Originals whose unit differs from the canonical one: value * factor.
-SCALE: dict[str, float] = {"elapsed time per iteration (ms)": 1e-3}
+SCALE: dict[str, float] = {"elapsed time per iteration (ms)": 1e-3,
+                           # Stable-Baselines3 logs the entropy bonus's loss: minus the entropy
+                           "train/entropy_loss": -1.0}
 
 # The keys that hold a structured record's step, first present wins. The outer counters of RL
 # loops that count rollouts come after the optimizer's names: the counter a run's progress is
@@ -116,8 +120,11 @@ STEP_KEYS: tuple[str, ...] = (
     "step", "global_step", "_step", "iteration", "iter", "train/global_step", "trainer/global_step",
     "training/global_step", "train/step", "Step",
     "grpo_step", "rollout_step", "ppo_step", "rl_step",
-    # RL libraries count environment steps (baselines, Stable-Baselines3, RLlib)
+    # RL libraries: Stable-Baselines3's rollout-and-update counter (LABELS.md: the step is the rollout
+    # step), then the environment steps they also count (baselines, Stable-Baselines3, RLlib)
+    "time/iterations",
     "total/steps", "total_timesteps", "time/total_timesteps", "misc/total_timesteps", "timesteps_total",
+    "total timesteps",
 )
 
 # keys whose value is the step as a progress string "N/TOTAL" (ms-swift: "global_step/max_steps": "5/2169")

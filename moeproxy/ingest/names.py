@@ -52,6 +52,8 @@ _MEANINGFUL_HEADS = frozenset({
     "aux", "max", "min", "std", "mtp", "kd", "teacher", "distill", "entropy", "reward", "kl", "pg",
     # norms of something else than the gradient: ``param_norm``, ``weight_norm``, ``update_norm``
     "param", "params", "weight", "weights", "update", "act", "activation", "embed", "embedding", "layer",
+    # an RL environment's episode (``ep_len_mean``: steps of an episode, not tokens of a response)
+    "ep", "episode",
 })
 _HEAD = re.compile(r"^([A-Za-z0-9]+)[_/ \-](.+)$")
 

@@ -110,3 +110,14 @@ def test_rl_libraries_return_and_timestep_counters_are_read_as_reward_and_step(t
     _, result, _ = diagnose_target(str(path), db=":memory:")
     assert result["verdict"] == "reward_collapse", result["findings"]
     assert result["onset_step"] == 150 * 2000
+
+
+def test_an_intrinsic_exploration_reward_decaying_is_no_reward_part_collapse():
+    from moeproxy.diagnose.detectors.reward_parts import is_reward_part
+
+    assert is_reward_part("rewards/format_reward/mean")
+    assert not is_reward_part("mean_int_reward") and not is_reward_part("intrinsic_reward")
+    n = 100
+    rng = np.random.default_rng(6)
+    res = diagnose_series({"ep_rew_mean": 100 + 5 * rng.random(n), "mean_int_reward": 0.08 * np.exp(-np.arange(n) / 10)})
+    assert res["verdict"] == "healthy", res["findings"]

@@ -47,6 +47,10 @@ CASES = {
     "wandb_export.csv": ("wandb-csv", "wandb", {"loss": {1: 0.52, 3: math.nan}, "grad_norm": {1: 1.1, 3: math.inf}}),
     "wandb_history.parquet": ("parquet", "hf-trainer", {"loss": {0: 2.31, 60: math.nan}, "grad_norm": {50: math.inf},
                                                          "lr": {20: 1e-05}}),
+    "sb3_console.out": ("key-value-boxes", "stable-baselines3", {
+        "reward_mean": {1: 85.0, 4: 64.0}, "policy_entropy": {2: 0.61, 4: 0.0911},
+        "ppo_kl": {3: 0.0093, 4: math.nan}, "loss": {2: -0.00512}, "train/value_loss": {3: 12.7},
+        "rollout/ep_len_mean": {1: 200.0}, "time/total_timesteps": {4: 8192.0}}),
     "msprobe": ("msprobe-csv", "msprobe", {"decoder.layers.0.mlp.router.weight/norm": {0: 0.5, 1: math.nan}}),
 }
 

@@ -317,13 +317,13 @@ def test_once_reads_a_backlog_larger_than_one_look_and_stops(tmp_path):
 # 'train loss' (``resolve_names(takeover=True)``).
 LINE_FIXTURES = ["megatron.log", "mindspeed_llm.log", "mindspeed_rl.log", "deepspeed.log", "verl_file.jsonl",
                  "verl_console.log", "nanogpt.log", "torchtitan.log", "openrlhf.log", "slime.log", "hf_console.log",
-                 "mlx.log", "wandb_export.csv"]
+                 "mlx.log", "wandb_export.csv", "sb3_console.out"]
 
 
-@pytest.mark.parametrize("name", ["deepspeed.log", "nanogpt.log", "hf_console.log"])
+@pytest.mark.parametrize("name", ["deepspeed.log", "nanogpt.log", "hf_console.log", "sb3_console.out"])
 def test_a_context_across_a_chunk_boundary_is_carried_wherever_the_cut_falls(tmp_path, name):
-    """The three readers whose records depend on earlier lines, cut at every line boundary: the
-    rows equal those of one ingest of the whole."""
+    """The readers whose records depend on earlier lines (a box of key/value rows spans many), cut
+    at every line boundary: the rows equal those of one ingest of the whole."""
     from pathlib import Path
 
     from moeproxy.ingest import ingest_paths

@@ -13,7 +13,8 @@ part going to 0 while another part still pays, so each part is read on its own:
 
 A part is a series whose name holds "reward" and that is not the total reward, its spread or its
 zero-spread share (the vocabulary's names for those), not a statistic other than the mean (std, min,
-max), not a penalty and not an evaluation score (``reward.py`` reads those).
+max), not a penalty, not an intrinsic exploration bonus (``int_reward``: meant to decay) and not an
+evaluation score (``reward.py`` reads those).
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ RULES = declare(REWARD_COLLAPSE, {
    thresholds={"reward_part_to_zero": ("part_zero_share", "part_min_records", "part_min_share", "min_history")})
 
 _WHOLE = {name.lower() for canonical in ("reward_mean", "reward_std", "zero_std_share") for name in ALIASES[canonical]}
-_NOT_A_PART = re.compile(r"(^|[/_ .-])(std|min|max|var|penalty|kl)([/_ .-]|$)|^(eval|val|test|validation)[/_]")
+# an intrinsic (exploration) reward - RND's, ICM's curiosity bonus - is no part of the task's reward:
+# it is meant to decay as the agent has seen its states
+_NOT_A_PART = re.compile(r"(^|[/_ .-])(std|min|max|var|penalty|kl|int|intrinsic|curiosity|exploration)([/_ .-]|$)"
+                         r"|^(eval|val|test|validation)[/_]")
 
 
 def is_reward_part(name: str) -> bool:
