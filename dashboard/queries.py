@@ -14,13 +14,13 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from moeproxy.store import Store, default_db_path
+from moeproxy.store import Store, resolve_db
 
 
 def db_path() -> str:
-    """The database this dashboard shows: ``$MOEPROXY_DB`` (set by ``moeproxy dashboard --db``)."""
-    return str(Path(os.environ["MOEPROXY_DB"]).expanduser()) if os.environ.get("MOEPROXY_DB") \
-        else str(default_db_path())
+    """The database this dashboard shows: ``$MOEPROXY_DB`` (set by ``moeproxy dashboard --db``; a
+    file or a DuckLake catalog)."""
+    return str(resolve_db(os.environ.get("MOEPROXY_DB") or None))
 
 
 def store() -> Store:

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "repro": "moeproxy.commands.repro",
     "compare": "moeproxy.commands.compare",
     "evaluate": "moeproxy.commands.evaluate",
+    "store": "moeproxy.commands.store",
 }
 
 
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(given[0] if given and given[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
+        from moeproxy.commands.common import apply_data_path
+
+        apply_data_path(args)
         return int(args._module.run(args) or 0)
     except MoeproxyError as exc:
         print(f"moeproxy {args.command}: error: {exc}", file=sys.stderr)

@@ -18,5 +18,10 @@ class StoreBusy(MoeproxyError):
     """The run database is locked by another process (a second writer)."""
 
 
+class WriteConflict(StoreBusy):
+    """A DuckLake catalog's commit lost to another writer's (optimistic concurrency): nothing of
+    the write was stored; running it again is safe (``Store.retrying``)."""
+
+
 class NotFound(MoeproxyError):
     """A run, metric or path that does not exist."""

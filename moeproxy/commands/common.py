@@ -9,8 +9,23 @@ import sys
 def add_db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db", metavar="FILE", default=None,
-        help="run database (DuckDB file); default: $MOEPROXY_DB, else ~/.local/share/moeproxy/runs.duckdb",
+        help="run database: a DuckDB file, or a DuckLake catalog (ducklake:postgres:dbname=... host=..., "
+             "ducklake:FILE.ducklake); default: $MOEPROXY_DB, else ~/.local/share/moeproxy/runs.duckdb",
     )
+    parser.add_argument(
+        "--data-path", metavar="DIR", default=None,
+        help="a DuckLake catalog's Parquet files (a folder every host sees, or s3://...); default: "
+             "$MOEPROXY_DATA_PATH, else FILE.files beside a local catalog",
+    )
+
+
+def apply_data_path(args) -> None:
+    """``--data-path`` reaches every store the command opens (and the jobs it starts) as
+    ``$MOEPROXY_DATA_PATH``."""
+    import os
+
+    if getattr(args, "data_path", None):
+        os.environ["MOEPROXY_DATA_PATH"] = args.data_path
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

@@ -29,14 +29,15 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
 
 def run(args) -> int:
     from moeproxy.errors import InputError
-    from moeproxy.store import default_db_path
+    from moeproxy.store import default_db_path, resolve_db
 
     if not 0 < args.port < 65536:
         raise InputError(f"--port {args.port}: must be 1..65535")
     if not APP.exists():
         raise InputError(f"{APP}: the dashboard app is missing from this install")
     env = dict(os.environ)
-    env["MOEPROXY_DB"] = str(Path(args.db).expanduser().resolve()) if args.db else str(default_db_path())
+    db = resolve_db(args.db) if args.db else default_db_path()
+    env["MOEPROXY_DB"] = str(db.resolve()) if isinstance(db, Path) else db
     print(f"moeproxy dashboard on http://{args.host}:{args.port} (store {env['MOEPROXY_DB']}); Ctrl-C stops it",
           file=sys.stderr)
     sys.stdout.flush()

@@ -105,10 +105,10 @@ def diagnose_and_record_all(store, runs) -> dict[str, str]:
 
 def _store_with_run(target: str, db: str | None):
     """The store at ``db`` (else the default database) when it holds a run named ``target``."""
-    from moeproxy.store import Store, default_db_path
+    from moeproxy.store import Store, resolve_db, store_exists
 
-    db_path = Path(db).expanduser() if db else default_db_path()
-    if db_path.exists():
+    db_path = resolve_db(db)
+    if store_exists(db_path):
         store = Store(db_path)
         if store.has_run(target):
             return store, db_path
@@ -118,14 +118,14 @@ def _store_with_run(target: str, db: str | None):
 def load_runs(target: str, db: str | None):
     """(first run name, {run name: long frame}, the store or None) for a stored run or a log path
     (a log path is ingested into a scratch in-memory store; a file may hold several runs)."""
-    from moeproxy.store import Store
+    from moeproxy.store import Store, store_exists
 
     store, db_path = _store_with_run(target, db)
     if store is not None:
         return target, {target: store.run_frame(target)}, store
     path = Path(target)
     if not path.exists():
-        where = f"the database {db_path}" if db_path.exists() else f"a database (none at {db_path})"
+        where = f"the database {db_path}" if store_exists(db_path) else f"a database (none at {db_path})"
         raise NotFound(f"{target}: no run of that name in {where}, and no such file or directory")
     from moeproxy.ingest import ingest_paths
 

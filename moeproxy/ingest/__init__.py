@@ -237,6 +237,10 @@ def ingest_paths(store, paths, run: str | None = None, role: str = "other", prox
 
     if callable(store):  # a factory: the store (duckdb, pandas) is only opened once every file parsed
         store = store()
-    with store.write() as tx:  # every file in one transaction, a few statements for all (ingest.batch)
-        summaries = store_parsed(tx, parsed_all, role, proxy_of, _summary, arms_of, progress)
+    def write():
+        with store.write() as tx:  # every file in one transaction, a few statements for all (ingest.batch)
+            return store_parsed(tx, parsed_all, role, proxy_of, _summary, arms_of, progress)
+
+    # a DuckLake catalog's commit that lost to another writer's stored nothing: run it again
+    summaries = store.retrying(write)
     return IngestResult(summaries, skipped)

@@ -21,12 +21,17 @@ so readers never see a half-ingested run and a failed ingest leaves the store as
 
 Path resolution: the explicit path (``--db``), else ``$MOEPROXY_DB``, else
 ``$XDG_DATA_HOME/moeproxy/runs.duckdb`` (``~/.local/share/moeproxy/runs.duckdb``).
+
+A DuckLake catalog (``ducklake:postgres:dbname=... host=...`` or ``ducklake:FILE.ducklake``, with
+``data_path``/``$MOEPROXY_DATA_PATH`` for its Parquet files: ``moeproxy.store.lake``) is the same
+store on another engine: the same tables, reads and writes, through the same methods.
 """
 
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import time
@@ -38,10 +43,11 @@ from typing import Iterator
 import duckdb
 
 from moeproxy.contracts import ROLES
-from moeproxy.errors import InputError, NotFound, StoreBusy, StoreUnavailable
+from moeproxy.errors import InputError, NotFound, StoreBusy, StoreUnavailable, WriteConflict
 from moeproxy.lazy import LazyModule
 
-from moeproxy.store.schema import SCHEMA_VERSION, _SCHEMA, default_db_path
+from moeproxy.store import lake
+from moeproxy.store.schema import SCHEMA_VERSION, TABLES, _SCHEMA, default_db_path
 from moeproxy.store.series import series_sql
 from moeproxy.store.write import Transaction, _first
 
@@ -58,10 +64,19 @@ class OutputError(InputError):
 
 
 class Store:
-    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 15.0) -> None:
+    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 15.0,
+                 data_path: str | None = None) -> None:
         self.lock_timeout = lock_timeout
         self._held = None
-        if str(path) == ":memory:":
+        self.catalog: str | None = None
+        if path is None and lake.is_catalog(os.environ.get("MOEPROXY_DB")):
+            path = os.environ["MOEPROXY_DB"]
+        if lake.is_catalog(str(path)):
+            self.catalog = str(path)
+            self.data_path = data_path or lake.default_data_path(self.catalog)
+            self.path = lake.local_file(self.catalog)  # None for a PostgreSQL catalog
+            self._memory = None
+        elif str(path) == ":memory:":
             self.path = None
             self._memory = duckdb.connect(":memory:")
             self._memory.execute(_SCHEMA)
@@ -71,20 +86,28 @@ class Store:
             self._memory = None
 
     def __repr__(self) -> str:
-        return f"Store({str(self.path) if self.path else ':memory:'})"
+        return f"Store({self.label})"
 
     @property
     def label(self) -> str:
+        if self.catalog is not None:
+            return self.catalog
         return str(self.path) if self.path else ":memory:"
 
     # -- connections -------------------------------------------------------------------
     @staticmethod
     def _init_meta(con) -> None:
-        con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?), ('data_version', '0')",
-                    [str(SCHEMA_VERSION)])
+        # (no INSERT OR IGNORE: a DuckLake table has no key to ignore on)
+        con.execute("INSERT INTO meta SELECT * FROM (VALUES ('schema_version', ?), ('data_version', '0')) v(k, x) "
+                    "WHERE k NOT IN (SELECT key FROM meta)", [str(SCHEMA_VERSION)])
+
+    @property
+    def schema(self) -> str:
+        return lake.lake_schema(_SCHEMA) if self.catalog is not None else _SCHEMA
 
     def _open(self):
-        deadline = time.monotonic() + self.lock_timeout
+        if self.catalog is not None:
+            return self._open_catalog()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a parent that is a file, a folder that cannot be written
@@ -92,26 +115,69 @@ class Store:
                              f"({exc.strerror or exc})") from None
         if self.path.exists() and not self.path.is_file():
             raise InputError(f"{self.path}: not a regular file; the run database must be a file")
+        con = self._connect_waiting(lambda: duckdb.connect(str(self.path)), str(self.path))
+        return self._checked(con)
+
+    def _connect_waiting(self, connect, label: str):
+        """``connect()``, retried while another process holds the file's lock (``lock_timeout``)."""
+        deadline = time.monotonic() + self.lock_timeout
         delay = 0.02
         while True:
             try:
-                con = duckdb.connect(str(self.path))
-                break
+                return connect()
             except duckdb.IOException as exc:
                 message = str(exc)
                 if "lock" not in message.lower():
-                    raise InputError(f"{self.path}: cannot open the run database ({message.splitlines()[0]})") from None
+                    raise InputError(f"{label}: cannot open the run database ({message.splitlines()[0]})") from None
                 if time.monotonic() >= deadline:
                     holder = _LOCK_HOLDER.search(message)
                     who = f"process {holder.group(1)}" if holder else "another process"
                     raise StoreBusy(
-                        f"{self.path} is in use by {who} (a dashboard, an ingest or a job) and stayed locked "
+                        f"{label} is in use by {who} (a dashboard, an ingest or a job) and stayed locked "
                         f"for {self.lock_timeout:.0f} s; try again when it is done"
                     ) from None
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
             except duckdb.Error as exc:
-                raise InputError(f"{self.path}: not a moeproxy run database ({str(exc).splitlines()[0]})") from None
+                raise InputError(f"{label}: not a moeproxy run database ({str(exc).splitlines()[0]})") from None
+
+    def _open_catalog(self):
+        """A connection with the DuckLake catalog attached as its default database."""
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(f"{self.catalog}: cannot create the catalog's folder {self.path.parent} "
+                                 f"({exc.strerror or exc})") from None
+
+        def connect():
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                con = duckdb.connect()
+                try:
+                    lake.load_extensions(con, self.catalog)
+                    lake.attach(con, self.catalog, self.data_path)
+                    return con
+                except duckdb.IOException:
+                    con.close()
+                    raise  # a local catalog file locked by another process: waited for
+                except duckdb.Error as exc:
+                    con.close()
+                    # two processes making a new catalog's metadata tables at once: the loser waits
+                    if "already exists" in str(exc) and time.monotonic() < deadline:
+                        time.sleep(0.05 + 0.1 * random.random())
+                        continue
+                    raise InputError(f"{self.catalog}: cannot attach the DuckLake catalog "
+                                     f"({str(exc).splitlines()[0]})") from None
+                except BaseException:
+                    con.close()
+                    raise
+
+        return self._checked(self._connect_waiting(connect, self.catalog))
+
+    def _checked(self, con):
+        """The connection of a moeproxy store: the tables made in a new one, an older schema brought
+        up to this one; a database of other tables refused."""
         try:  # a plain read (an information_schema join cost ~8 ms on every open); no meta table: new file
             version = _first(con.execute("SELECT value FROM meta WHERE key='schema_version'"))
         except duckdb.CatalogException:
@@ -121,17 +187,53 @@ class Store:
             raise self.unreadable(exc) from None
         if version is None:
             tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
-                                                "WHERE table_schema = 'main'").fetchall()]
-            if tables:  # a user's own DuckDB database: never add moeproxy's tables to it
+                                                "WHERE table_schema = 'main' AND table_catalog = current_database()"
+                                                ).fetchall()]
+            foreign = sorted(set(tables) - set(TABLES))
+            if foreign or (tables and self.catalog is None):  # a user's own database: never add moeproxy's tables
                 con.close()
                 shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-                raise InputError(f"{self.path}: a DuckDB database that is not a moeproxy run database (it holds "
+                raise InputError(f"{self.label}: a DuckDB database that is not a moeproxy run database (it holds "
                                  f"{shown}); nothing was changed; choose another --db")
-            con.execute(_SCHEMA)
-            self._init_meta(con)
+            self._create(con)
         elif version[0] != str(SCHEMA_VERSION):
             self._migrate(con, version[0])
         return con
+
+    def _create(self, con) -> None:
+        """The tables and the meta rows of a new store, in one transaction. Several processes may
+        create one catalog at once: a commit that loses to another's is no error, the other made it."""
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                con.execute("BEGIN TRANSACTION")
+                con.execute(self.schema)
+                self._init_meta(con)
+                con.execute("COMMIT")
+                return
+            except duckdb.TransactionException:
+                try:
+                    con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                if self.catalog is None or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05 + 0.1 * random.random())
+                if _first(con.execute("SELECT value FROM meta WHERE key='schema_version'")) is not None:
+                    return
+
+    def retrying(self, write, attempts: int = 30):
+        """``write()`` (a function that opens ``self.write()``), run again when a DuckLake catalog's
+        commit lost to another writer's (nothing of it was stored), with a growing random pause."""
+        delay = 0.02
+        for attempt in range(attempts):
+            try:
+                return write()
+            except WriteConflict:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 1.0)
 
     def _migrate(self, con, version: str) -> None:
         """Bring a store of an older schema up to this one, in place (one transaction)."""
@@ -144,7 +246,7 @@ class Store:
             con.execute("ALTER TABLE sources ADD COLUMN IF NOT EXISTS bytes BIGINT")
             con.execute("ALTER TABLE scalars ALTER attempt SET DATA TYPE INTEGER")
             con.execute("ALTER TABLE routing ALTER attempt SET DATA TYPE INTEGER")
-        con.execute(_SCHEMA)  # 2 -> 3: the new tables (watch_files, alerts); existing ones are kept
+        con.execute(self.schema)  # 2 -> 3: the new tables (watch_files, alerts); existing ones are kept
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
         con.execute("COMMIT")
 
@@ -158,7 +260,7 @@ class Store:
             why = "the transaction could not commit"
         else:
             why = "damaged or truncated?"
-        return StoreUnavailable(f"{self.path}: cannot use the run database ({why}: {first}); nothing was changed")
+        return StoreUnavailable(f"{self.label}: cannot use the run database ({why}: {first}); nothing was changed")
 
     @contextmanager
     def _guarded(self) -> Iterator[None]:
@@ -170,6 +272,10 @@ class Store:
                 duckdb.TransactionException) as exc:  # a commit whose write-ahead log hit a full disk
             if self._memory is not None:
                 raise
+            if self.catalog is not None and isinstance(exc, duckdb.TransactionException) and "onflict" in str(exc):
+                # DuckLake's optimistic concurrency: another writer committed first
+                raise WriteConflict(f"{self.catalog}: another writer committed to the same tables first; nothing "
+                                    f"of this write was stored; try again ({str(exc).splitlines()[0]})") from None
             raise self.unreadable(exc) from None
 
     @contextmanager
@@ -191,7 +297,12 @@ class Store:
     def _connect(self):
         """A connection of its own, or a cursor of the held one."""
         held = self._held
-        return held.cursor() if held is not None else self._open()
+        if held is None:
+            return self._open()
+        cursor = held.cursor()
+        if self.catalog is not None:  # a cursor starts in the default database, not the attached catalog
+            cursor.execute(f"USE {lake.ALIAS}")
+        return cursor
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -201,7 +312,7 @@ class Store:
             with self._memory.cursor() as cur:
                 yield cur
             return
-        if self._held is None and not self.path.exists():
+        if self._held is None and self.path is not None and not self.path.exists():
             con = duckdb.connect(":memory:")
             con.execute(_SCHEMA)
             self._init_meta(con)
@@ -225,7 +336,7 @@ class Store:
             con = cm if cm is not None else self._connect()
             try:
                 con.execute("BEGIN TRANSACTION")
-                tx = Transaction(con)
+                tx = Transaction(con, sequences=self.catalog is None)
                 try:
                     yield tx
                 except BaseException:
@@ -236,6 +347,30 @@ class Store:
                     raise
                 con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
                 con.execute("COMMIT")
+            finally:
+                con.close()
+
+    # -- a DuckLake catalog's upkeep -----------------------------------------------------------
+    def compact(self, keep_minutes: float = lake.KEEP_MINUTES) -> dict:
+        """Small appends were inlined into the catalog (``DATA_INLINING_ROW_LIMIT``): write them out as
+        Parquet, merge adjacent small files, expire snapshots older than ``keep_minutes`` and delete
+        the files no snapshot kept needs. A file store only checkpoints. Returns the data files
+        before and after."""
+        if self.catalog is None:
+            if self._memory is None and self.path is not None and self.path.exists():
+                with self._guarded():
+                    con = self._open()
+                    try:
+                        con.execute("CHECKPOINT")
+                    finally:
+                        con.close()
+            return {}
+        with self._guarded():
+            con = self._open()
+            try:
+                before = lake.data_files(con)
+                lake.compact(con, keep_minutes)
+                return {"files_before": before, "files_after": lake.data_files(con)}
             finally:
                 con.close()
 
@@ -407,7 +542,12 @@ class Store:
                 """
             )
             try:
-                rel.write_csv(str(target)) if kind == "csv" else rel.write_parquet(str(target))
+                # straight into the target: the caller's target is already a temporary file of its own
+                # (DuckDB 1.5 would otherwise write a tmp_ file beside it, left behind on a full disk)
+                if kind == "csv":
+                    rel.write_csv(str(target), use_tmp_file=False)
+                else:
+                    rel.write_parquet(str(target), use_tmp_file=False)
             except duckdb.IOException as exc:
                 # writing the output failed (a full disk), not reading the store: the output's fault,
                 # named as such (the caller names the file the user gave)

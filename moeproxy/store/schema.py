@@ -10,6 +10,7 @@ from pathlib import Path
 SCHEMA_VERSION = 3  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), sources.bytes (bytes parsed);
 # 3: watch_files (how far `moeproxy watch` read each file, committed with its rows) and alerts
 ATTEMPT_MAX = 2**31 - 1
+TABLES = ("meta", "runs", "sources", "metric_names", "scalars", "routing", "findings", "watch_files", "alerts")
 
 _SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
@@ -42,9 +43,34 @@ CREATE TABLE IF NOT EXISTS alerts (
 """
 
 
-def default_db_path() -> Path:
+CATALOG_PREFIX = "ducklake:"
+
+
+def resolve_db(db) -> str | Path:
+    """The store a ``--db`` value names: a DuckLake catalog string as it is, ``:memory:``, or a file
+    path (``~`` expanded); None: the default (``default_db_path``)."""
+    if db is None or str(db) == "":
+        return default_db_path()
+    if str(db).startswith(CATALOG_PREFIX) or str(db) == ":memory:":
+        return str(db)
+    return Path(db).expanduser()
+
+
+def store_exists(db) -> bool:
+    """Whether the store holds anything yet: a file that exists, or any catalog (a PostgreSQL one
+    is there once attached; a local one once its file is)."""
+    target = resolve_db(db)
+    if isinstance(target, Path):
+        return target.exists()
+    if target.startswith(CATALOG_PREFIX):
+        rest = target[len(CATALOG_PREFIX):]
+        return rest.startswith(("postgres:", "postgresql:")) or Path(rest).expanduser().exists()
+    return True
+
+
+def default_db_path() -> str | Path:
     env = os.environ.get("MOEPROXY_DB")
     if env:
-        return Path(env).expanduser()
+        return env if env.startswith(CATALOG_PREFIX) else Path(env).expanduser()
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "moeproxy" / "runs.duckdb"

@@ -39,8 +39,11 @@ def _metric_array(rows: Columns) -> pa.Array:
 class Transaction:
     """Write operations of one ingest, inside ``Store.write()``."""
 
-    def __init__(self, con) -> None:
+    def __init__(self, con, sequences: bool = True) -> None:
         self.con = con
+        # a DuckLake catalog has no sequences: ids are the next free ones of the table, in this
+        # transaction (a concurrent writer's commit of the same ids conflicts and is retried)
+        self.sequences = sequences
 
     # -- many files in one transaction (``moeproxy.ingest.batch``): a few statements, not a few per file
     def sources_with_shas(self, shas: list[str]) -> dict[str, tuple[str, str]]:
@@ -83,8 +86,14 @@ class Transaction:
                        "step_from_index <> 0, CAST(? AS TIMESTAMPTZ) FROM new_sources", [_now()])
         return ids
 
+    _ID_OF = {"run_id_seq": ("runs", "run_id"), "source_id_seq": ("sources", "source_id")}
+
     def _next_ids(self, sequence: str, n: int) -> list[int]:
         """``n`` new ids of a sequence, ascending, in one query."""
+        if not self.sequences:
+            table, column = self._ID_OF[sequence]
+            top = int(_first(self.con.execute(f"SELECT coalesce(max({column}), 0) FROM {table}"))[0])
+            return list(range(top + 1, top + 1 + n))
         return sorted(int(r[0]) for r in self.con.execute(f"SELECT nextval('{sequence}') FROM range(?)", [n]).fetchall())
 
     def add_metric_name_rows(self, rows: list[tuple[int, str, str]]) -> None:
@@ -110,7 +119,7 @@ class Transaction:
                 self.con.execute("UPDATE runs SET role = ?, proxy_of = coalesce(?, proxy_of) WHERE run_id = ?",
                                  [role, proxy_of, row[0]])
             return row[0]
-        run_id = _first(self.con.execute("SELECT nextval('run_id_seq')"))[0]
+        run_id = self._next_ids("run_id_seq", 1)[0]
         self.con.execute(
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [run_id, name, role, proxy_of, framework, fmt, _now(), json.dumps(meta or {})],
@@ -206,7 +215,7 @@ class Transaction:
                              "WHERE source_id = ?", values)
 
     def add_source(self, run_id: int, summary: dict) -> int:
-        source_id = _first(self.con.execute("SELECT nextval('source_id_seq')"))[0]
+        source_id = self._next_ids("source_id_seq", 1)[0]
         self.con.execute(
             "INSERT INTO sources (source_id, run_id, path, sha256, format, framework, rows, steps, metrics, nonfinite, "
             "attempts, skipped_lines, step_from_index, ingested_at, bytes) "

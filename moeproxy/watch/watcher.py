@@ -69,6 +69,8 @@ class WatchConfig:
     diagnose_every: float = 10.0
     max_chunk_bytes: int = 16 << 20
     max_open_files: int = 64  # followed files holding a descriptor at once (a quarter of RLIMIT_NOFILE at most)
+    # a DuckLake catalog's upkeep (``Store.compact``): inlined rows written out, small files merged
+    compact_minutes: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.paths:
@@ -81,6 +83,8 @@ class WatchConfig:
             raise InputError(f"diagnose_every must be between 0 and 86400 seconds, not {self.diagnose_every:g}")
         if self.webhook is not None and not self.webhook.startswith(("http://", "https://")):
             raise InputError(f"--webhook {redact_url(self.webhook)}: an http:// or https:// URL")
+        if not 0 < self.compact_minutes <= 10080:
+            raise InputError(f"compact_minutes must be more than 0 and at most 10080, not {self.compact_minutes:g}")
         if self.max_open_files < 1:
             raise InputError(f"max_open_files must be at least 1, not {self.max_open_files}")
         if self.proxy_of is not None and self.proxy_of == self.run:
@@ -127,6 +131,7 @@ class Watcher:
         self.elsewhere: dict[tuple[int, int], int] = {}  # logs another watcher follows -> its PID
         self._said: set[str] = set()
         self._once = False  # run(once=True): a store that cannot be written stops the watcher
+        self._compacted = time.monotonic()
         self._refused_paths: dict[str, tuple[int, int]] = {}
         self._paths: dict[str, FollowedFile] = {}
         self.roled: set[str] = set()  # runs whose role/proxy this session set already
@@ -221,7 +226,23 @@ class Watcher:
                 self.say(f"moeproxy watch: {exc}; trying again", once_key=f"store:{exc}", err=True)
             return report
         report.diagnosed = self._diagnose(frames, report)
+        self._compact_due()
         return report
+
+    def _compact_due(self) -> None:
+        """A DuckLake catalog's upkeep every ``compact_minutes`` (a file store needs none): without
+        it every cycle's commit would stay a small file of its own. A failure is said and retried."""
+        if getattr(self.store, "catalog", None) is None:
+            return
+        if time.monotonic() - self._compacted < self.config.compact_minutes * 60:
+            return
+        self._compacted = time.monotonic()
+        try:
+            done = self.store.compact()
+            self.say(f"moeproxy watch: compacted {self.store.label}: {done['files_before']} -> "
+                     f"{done['files_after']} data files", err=True)
+        except (StoreBusy, StoreUnavailable, InputError) as exc:
+            self.say(f"moeproxy watch: compaction of {self.store.label} failed ({exc}); trying again later", err=True)
 
     def _scan(self) -> None:
         """Follow every regular file under the watched paths that this watcher does not write

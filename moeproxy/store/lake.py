@@ -1,0 +1,127 @@
+"""A run store on a DuckLake catalog: the catalog in PostgreSQL (or, for one machine, a local
+``.ducklake`` file), the data as Parquet files under a data path, read and written with the same
+DuckDB SQL as the single-file store.
+
+    --db ducklake:postgres:dbname=moeproxy host=db.cluster user=moeproxy   --data-path /shared/moeproxy
+    --db ducklake:/shared/moeproxy/runs.ducklake                            (data path: runs.ducklake.files/)
+
+Extensions come from Python wheels, never from the internet: ``pip install 'moeproxy[team]'``
+installs ``duckdb-extension-ducklake`` and ``-postgres`` for the pinned DuckDB release (1.5.5, the
+last one with such wheels; DuckDB 2.0 downloads its extensions at first use, which an air-gapped
+cluster cannot), and each is loaded from its wheel's file with ``INSTALL '<path>'`` + ``LOAD``.
+
+Small appends (a watcher's second of rows) are kept in the catalog itself (``DATA_INLINING_ROW_LIMIT``)
+rather than written as a Parquet file each; ``compact`` (``moeproxy store compact``, and the watcher
+every ``compact_minutes``) writes them out, merges small files and deletes the ones no recent
+snapshot needs, so that the file count stays bounded however long jobs are watched.
+
+DuckLake has no sequences and no PRIMARY KEY / UNIQUE constraints: the catalog's schema is the
+file store's without them (``lake_schema``), ids are the next free ones in the writing transaction,
+and DuckLake's optimistic concurrency makes a second writer's commit fail instead of both writing
+the same id (``Store.write`` turns that into ``StoreBusy``: try again).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import duckdb
+
+from moeproxy.errors import InputError
+
+PREFIX = "ducklake:"
+ALIAS = "lake"  # the attached catalog's name in the connection
+EXTENSIONS = {"ducklake": "ducklake", "postgres": "postgres_scanner"}  # wheel name -> extension name
+
+
+def is_catalog(target) -> bool:
+    return isinstance(target, str) and target.startswith(PREFIX)
+
+
+def local_file(target: str) -> Path | None:
+    """The catalog file of a local catalog (``ducklake:FILE``), None for a PostgreSQL one."""
+    rest = target[len(PREFIX):]
+    return None if rest.startswith(("postgres:", "postgresql:")) else Path(rest).expanduser()
+
+
+def default_data_path(target: str) -> str:
+    """``$MOEPROXY_DATA_PATH``, else for a local catalog the folder beside it (``FILE.files``)."""
+    env = os.environ.get("MOEPROXY_DATA_PATH")
+    if env:
+        return env
+    local = local_file(target)
+    if local is None:
+        raise InputError(f"{target}: a PostgreSQL catalog needs a data path for its Parquet files "
+                         "(--data-path or $MOEPROXY_DATA_PATH: a folder every host sees, or s3://...)")
+    return str(local) + ".files"
+
+
+def extension_file(wheel: str) -> Path:
+    """The ``.duckdb_extension`` file a ``duckdb-extension-<wheel>`` package ships for this DuckDB."""
+    spec = importlib.util.find_spec(f"duckdb_extension_{wheel}")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"a DuckLake catalog needs the DuckDB extension wheels: pip install 'moeproxy[team]' "
+                         f"(duckdb-extension-{wheel}=={duckdb.__version__}); they are not installed")
+    root = Path(list(spec.submodule_search_locations)[0])
+    found = sorted(root.glob(f"extensions/v{duckdb.__version__}/*.duckdb_extension"))
+    if not found:
+        shipped = ", ".join(sorted(p.parent.name for p in root.glob("extensions/*/*.duckdb_extension"))) or "none"
+        raise InputError(f"duckdb-extension-{wheel} has no extension for DuckDB {duckdb.__version__} (it ships: "
+                         f"{shipped}); install the wheel of the same release: pip install 'moeproxy[team]'")
+    return found[0]
+
+
+def load_extensions(con, target: str) -> None:
+    wheels = ["ducklake"] + (["postgres"] if local_file(target) is None else [])
+    for wheel in wheels:
+        path = extension_file(wheel)
+        con.execute(f"INSTALL '{path}'")
+        con.execute(f"LOAD {EXTENSIONS[wheel]}")
+
+
+def attach(con, target: str, data_path: str) -> None:
+    """Attach the catalog as ``lake`` and make it the default database of the connection."""
+    quoted = target.replace("'", "''")
+    con.execute(f"ATTACH '{quoted}' AS {ALIAS} (DATA_PATH '{data_path.replace(chr(39), chr(39) * 2)}', "
+                f"DATA_INLINING_ROW_LIMIT {INLINE_ROWS})")
+    con.execute(f"USE {ALIAS}")
+
+
+_NO_LAKE = [
+    (re.compile(r"CREATE SEQUENCE[^;]*;\s*"), ""),
+    (re.compile(r"\s+PRIMARY KEY"), ""),
+    (re.compile(r"\s+UNIQUE"), ""),
+]
+
+
+def lake_schema(schema: str) -> str:
+    """The file store's tables without what DuckLake lacks (sequences, PRIMARY KEY, UNIQUE)."""
+    for pattern, replacement in _NO_LAKE:
+        schema = pattern.sub(replacement, schema)
+    return schema
+
+
+INLINE_ROWS = 10_000  # an insert of fewer rows is kept in the catalog, not written as a Parquet file
+KEEP_MINUTES = 10.0   # snapshots (and the files only they need) kept this long for readers mid-query
+
+
+def data_files(con) -> int:
+    """Parquet files the catalog's current snapshot reads (every table)."""
+    tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_catalog = ?",
+                                        [ALIAS]).fetchall()]
+    return sum(int(con.execute(f"SELECT count(*) FROM ducklake_list_files('{ALIAS}', '{t}')").fetchone()[0])
+               for t in tables)
+
+
+def compact(con, keep_minutes: float) -> None:
+    """Flush inlined rows to Parquet, rewrite files with deleted rows, merge adjacent files, expire
+    old snapshots, delete the files only they needed."""
+    cutoff = f"now() - INTERVAL {float(keep_minutes) * 60:.0f} SECOND"
+    con.execute(f"CALL ducklake_flush_inlined_data('{ALIAS}')").fetchall()
+    con.execute(f"CALL ducklake_rewrite_data_files('{ALIAS}')").fetchall()  # files with deleted rows
+    con.execute(f"CALL ducklake_merge_adjacent_files('{ALIAS}')").fetchall()
+    con.execute(f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => {cutoff})").fetchall()
+    con.execute(f"CALL ducklake_cleanup_old_files('{ALIAS}', older_than => {cutoff})").fetchall()

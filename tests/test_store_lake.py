@@ -1,0 +1,229 @@
+"""The run store on a DuckLake catalog: a real PostgreSQL server (Debian's ``postgresql``, started here
+as an unprivileged user in a temporary folder) holds the catalog, the data are Parquet files; every
+command works on it as on a file, and ``moeproxy store copy`` moves a store both ways with
+identical ``export --series``. Skipped, saying why, only where PostgreSQL or the extension wheels
+cannot be had."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moeproxy.cli import main
+from moeproxy.store import Store
+
+pytest.importorskip("duckdb_extension_ducklake", reason="the DuckLake extension wheel is not installed "
+                    "(pip install 'moeproxy[team]')")
+pytestmark = pytest.mark.timeout(300)
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def _postgres_bin() -> Path | None:
+    found = shutil.which("initdb")
+    if found:
+        return Path(os.path.realpath(found)).parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(versions[-1]).parent if versions else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory):
+    """A PostgreSQL server of this test module: ``make(dbname)`` creates a database and returns
+    the DuckLake catalog string for it."""
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    as_user: list[str] = []
+    root = tmp_path_factory.mktemp("pg")
+    if os.geteuid() == 0:  # the server refuses to run as root: the unprivileged 'nobody' runs it
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL as an unprivileged user")
+        as_user = [runuser, "-u", "nobody", "--"]
+        for parent in [root, *root.parents]:
+            if parent == Path("/"):
+                break
+            parent.chmod(parent.stat().st_mode | 0o755)  # nobody must reach the folder
+    data, sock = root / "data", root / "sock"
+    data.mkdir()
+    sock.mkdir()
+    if as_user:
+        subprocess.run(["chown", "-R", "nobody", str(root)], check=True)
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "moeproxy", "--auth=trust", "-E", "UTF8"],
+                   check=True, capture_output=True)
+    port = _free_port()
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(root / "server.log"), "-o",
+                    f"-k {sock} -p {port} -c listen_addresses=''", "start"], check=True, capture_output=True)
+
+    def make(dbname: str) -> str:
+        subprocess.run([str(bindir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "moeproxy", dbname],
+                       check=True, capture_output=True)
+        return f"ducklake:postgres:dbname={dbname} host={sock} port={port} user=moeproxy"
+
+    yield make
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+
+
+def _moeproxy(capsys, *args) -> str:
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return out.out
+
+
+def test_every_command_works_on_a_postgresql_catalog(postgres, tmp_path, capsys):
+    catalog = postgres("commands")
+    data = tmp_path / "parquet"
+    common = ["--db", catalog, "--data-path", data]
+    out = _moeproxy(capsys, "ingest", LOGS / "megatron.log", LOGS / "verl_file.jsonl", "--diagnose", *common)
+    assert "run 'megatron'" in out and "run 'verl_file'" in out
+    _moeproxy(capsys, "store", "compact", *common)  # small ingests stay in the catalog until compacted
+    assert list(data.glob("**/*.parquet")), "the rows are Parquet files under the data path"
+    runs = _moeproxy(capsys, "runs", *common)
+    assert "megatron" in runs and "verl_file" in runs
+    assert "megatron:" in _moeproxy(capsys, "diagnose", "megatron", *common)
+    _moeproxy(capsys, "export", "megatron", "--series", "--to", tmp_path / "lake.csv", *common)
+    # the same log into a file store gives the same series
+    _moeproxy(capsys, "ingest", LOGS / "megatron.log", "--db", tmp_path / "file.duckdb")
+    _moeproxy(capsys, "export", "megatron", "--series", "--to", tmp_path / "file.csv", "--db", tmp_path / "file.duckdb")
+    assert (tmp_path / "lake.csv").read_text() == (tmp_path / "file.csv").read_text()
+    # a second ingest of the same run appends to it (ids: the next free ones, no sequence)
+    _moeproxy(capsys, "ingest", LOGS / "nanogpt.log", *common)
+    store = Store(catalog, data_path=str(data))
+    assert sorted(store.runs()["run"]) == ["megatron", "nanogpt", "verl_file"]
+    with store.read() as con:
+        ids = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+    assert len(set(ids)) == 3
+
+
+def test_store_copy_round_trips_a_file_store_through_a_catalog(postgres, tmp_path, capsys):
+    catalog = postgres("copies")
+    original, back = tmp_path / "original.duckdb", tmp_path / "back.duckdb"
+    _moeproxy(capsys, "ingest", LOGS / "megatron.log", LOGS / "verl_file.jsonl", LOGS / "trainer_state.json",
+              "--diagnose", "--db", original)
+    out = _moeproxy(capsys, "store", "copy", original, catalog, "--dst-data-path", tmp_path / "lake")
+    assert "runs 3" in out and "scalars" in out
+    _moeproxy(capsys, "store", "copy", catalog, back, "--src-data-path", tmp_path / "lake")
+    for run in ("megatron", "verl_file"):
+        for db in (original, back):
+            _moeproxy(capsys, "export", run, "--series", "--to", tmp_path / f"{run}-{db.stem}.csv", "--db", db)
+        assert (tmp_path / f"{run}-original.csv").read_bytes() == (tmp_path / f"{run}-back.csv").read_bytes()
+    assert Store(original).findings("megatron")["verdict"] == Store(back).findings("megatron")["verdict"]
+    # a run ingested after the copy gets an id of its own (the file store's sequence moved past the copied ids)
+    _moeproxy(capsys, "ingest", LOGS / "nanogpt.log", "--db", back)
+    with Store(back).read() as con:
+        assert con.execute("SELECT count(DISTINCT run_id), count(*) FROM runs").fetchone() == (4, 4)
+    # into a store that holds runs: refused, nothing changed
+    before = Store(back).runs()["run"].tolist()
+    rc = main(["store", "copy", str(original), str(back)])
+    assert rc == 2 and "already holds runs" in capsys.readouterr().err
+    assert Store(back).runs()["run"].tolist() == before
+
+
+def test_a_local_catalog_file_keeps_its_parquet_files_beside_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MOEPROXY_DATA_PATH", raising=False)
+    catalog = f"ducklake:{tmp_path / 'team.ducklake'}"
+    # reading a catalog that does not exist yet creates nothing
+    assert Store(catalog).runs().empty and not (tmp_path / "team.ducklake").exists()
+    _moeproxy(capsys, "ingest", LOGS / "megatron.log", "--db", catalog)
+    assert (tmp_path / "team.ducklake").is_file()
+    _moeproxy(capsys, "store", "compact", "--db", catalog)
+    assert list((tmp_path / "team.ducklake.files").glob("**/*.parquet"))
+    assert Store(catalog).runs()["run"].tolist() == ["megatron"]
+
+
+def test_a_postgresql_catalog_without_a_data_path_is_refused_by_name(monkeypatch, capsys):
+    monkeypatch.delenv("MOEPROXY_DATA_PATH", raising=False)
+    rc = main(["runs", "--db", "ducklake:postgres:dbname=x host=/nonexistent"])
+    assert rc == 2 and "needs a data path" in capsys.readouterr().err
+
+
+def test_a_second_process_reads_the_catalog_while_the_first_holds_it(postgres, tmp_path, capsys):
+    """A file store admits one process at a time; a PostgreSQL catalog does not lock: a dashboard
+    reads while a watcher holds its connection open."""
+    catalog = postgres("shared")
+    data = tmp_path / "lake"
+    _moeproxy(capsys, "ingest", LOGS / "megatron.log", "--db", catalog, "--data-path", data)
+    holder = Store(catalog, data_path=str(data))
+    with holder.held():
+        code = ("import sys; from moeproxy.store import Store; "
+                "print(Store(sys.argv[1], data_path=sys.argv[2], lock_timeout=2).runs()['run'].tolist())")
+        out = subprocess.run([sys.executable, "-c", code, catalog, str(data)], capture_output=True, text=True,
+                             timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "megatron" in out.stdout
+
+
+def test_four_processes_ingest_into_one_new_catalog_at_once(postgres, tmp_path):
+    """Many writers: four `moeproxy ingest` processes start together on a catalog nobody made yet;
+    the losers of the metadata creation and of each commit wait and write again (nothing of a lost
+    commit was stored): every run is there once, with every row, each with its own id."""
+    catalog = postgres("writers")
+    logs = []
+    for i in range(4):
+        log = tmp_path / f"job{i}.jsonl"
+        log.write_text("".join(f'{{"step": {s}, "loss": {2.0 + i - s / 1000}, "grad_norm": 0.5}}\n' for s in range(1, 1001)))
+        logs.append(log)
+    env = dict(os.environ, MOEPROXY_DATA_PATH=str(tmp_path / "lake"))
+    procs = [subprocess.Popen([sys.executable, "-m", "moeproxy", "ingest", str(log), "--db", catalog], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for log in logs]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+    store = Store(catalog, data_path=str(tmp_path / "lake"))
+    runs = store.runs().set_index("run")
+    assert sorted(runs.index) == [f"job{i}" for i in range(4)]
+    assert (runs["rows"] == 2000).all()
+    with store.read() as con:
+        assert con.execute("SELECT count(DISTINCT run_id), count(DISTINCT source_id) FROM sources").fetchone() == (4, 4)
+
+
+def test_small_appends_stay_in_the_catalog_until_compaction_writes_them_out(tmp_path, capsys, monkeypatch):
+    """A watcher commits every second: each commit as a Parquet file of its own would leave millions.
+    Small appends are inlined in the catalog; compaction (the command, and the watcher every
+    ``compact_minutes``) writes them out and merges files: the count stays bounded, no row changes."""
+    from moeproxy.watch import WatchConfig, Watcher
+
+    monkeypatch.delenv("MOEPROXY_DATA_PATH", raising=False)
+    catalog = f"ducklake:{tmp_path / 'team.ducklake'}"
+    files = tmp_path / "team.ducklake.files"
+    log = tmp_path / "job" / "metrics.jsonl"
+    log.parent.mkdir()
+    import io
+
+    w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60), Store(catalog), io.StringIO(), io.StringIO())
+    w.start()
+    for second in range(20):  # twenty cycles of a few new records each
+        with open(log, "a") as fh:
+            fh.write("".join(f'{{"step": {s}, "loss": {3.0 - s / 100}}}\n' for s in range(second * 5 + 1, second * 5 + 6)))
+        w.cycle()
+    assert not list(files.glob("**/*.parquet")), "twenty small commits, no Parquet file yet: inlined"
+    w.config.compact_minutes = 1e-6  # due now
+    w._compacted -= 1
+    w.cycle()
+    w.close()
+    assert "compacted" in w.err.getvalue()
+    assert list(files.glob("**/*.parquet")), "the watcher's compaction wrote the inlined rows out"
+    store = Store(catalog)
+    assert store.runs().set_index("run").loc["job", "rows"] == 100
+    # files older snapshots needed go once they are older than the kept minutes: at most one a table
+    assert store.compact(keep_minutes=0)["files_after"] <= 9
+    assert len(list(files.glob("**/*.parquet"))) <= 9
+    assert store.runs().set_index("run").loc["job", "rows"] == 100
+    out = _moeproxy(capsys, "store", "compact", "--db", catalog, "--keep-minutes", "0")
+    assert "data files" in out
