@@ -10,7 +10,8 @@ step counter of their own.
 - apex's older dynamic scaler: ``Grad overflow on iteration 8`` (the scale it falls to follows on a
   line of its own: ``Using dynamic loss scale of 4096.0``)
 - TensorFlow's NaN guard (``NanTensorHook``) stopping a run: ``Model diverged with loss = NaN.`` (the
-  loss of the step being attempted was NaN: stored as ``loss`` = NaN there, not as a skipped update)
+  loss of the step being attempted was NaN: stored as ``loss`` = NaN there with ``nan_iters`` = 1,
+  not as a skipped update)
 
 Each is one skipped update. Readers store it at the step being attempted (the last logged step + 1,
 or the step a tqdm bar on the same line shows + 1) as ``deepspeed/overflow`` = 1 with the scale it
@@ -45,7 +46,9 @@ ON_ITERATION = re.compile(r"grad(?:ient)? overflow on iteration\s*(\d+)", re.IGN
 def overflow_record(line: str) -> dict[str, float] | None:
     """The record of an overflow event line, or None when the line is not one."""
     if "iverged" in line and (diverged := DIVERGED_NAN.search(line)):
-        return {"loss": parse_number(diverged.group(1))}
+        # the step's loss was non-finite, and the guard counts it: a NaN iteration (not a record cut
+        # short by a crash, which the data stage would set aside as a logging artefact)
+        return {"loss": parse_number(diverged.group(1)), "nan_iters": 1.0}
     if "verflow" not in line and "VERFLOW" not in line:
         if "kipping" not in line or not SKIPPED_UPDATE.search(line):
             return None

@@ -31,6 +31,13 @@ def test_a_leading_fraction_before_an_equals_sign_and_tensorflows_nan_guard(tmp_
     loss = _by_metric(parsed)["loss"]
     assert parsed.format == "text" and loss[1] == pytest.approx(8.9) and loss[10] == pytest.approx(8.0)
     assert math.isnan(loss[11]) and len(loss) == 11  # the step being attempted when the guard fired
+    assert _by_metric(parsed)["nan_iters"] == {11: 1.0}  # the guard counted it: not a record cut short
+    # the run stopped at a NaN out of a calm, improving loss: overflow there (the last record holds
+    # fewer metrics than the others, yet it is no crash mid-write to set aside)
+    from moeproxy.diagnose.record import diagnose_target
+
+    _, result, _ = diagnose_target(str(log), db=":memory:")
+    assert result["verdict"] == "overflow" and result["onset_step"] == 11, result["findings"]
 
 
 def test_a_batch_counter_with_its_total_and_a_dash_before_the_pair(tmp_path):
