@@ -57,6 +57,7 @@ pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no
 LIVE_SECONDS = 60  # a run a watcher stored rows of within this long is live
 
 _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
+_LOCKED = re.compile(r"could not set lock|conflicting lock|\block\b.*\b(held|set)\b", re.IGNORECASE)
 
 
 class OutputError(InputError):
@@ -127,7 +128,7 @@ class Store:
                 return connect()
             except duckdb.IOException as exc:
                 message = str(exc)
-                if "lock" not in message.lower():
+                if not _LOCKED.search(message):  # (not "lock" alone: "checksum ... in block at" is damage)
                     raise InputError(f"{label}: cannot open the run database ({message.splitlines()[0]})") from None
                 if time.monotonic() >= deadline:
                     holder = _LOCK_HOLDER.search(message)
