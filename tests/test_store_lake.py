@@ -19,8 +19,10 @@ import pytest
 from moeproxy.cli import main
 from moeproxy.store import Store
 
-pytest.importorskip("duckdb_extension_ducklake", reason="the DuckLake extension wheel is not installed "
-                    "(pip install 'moeproxy[team]')")
+from moeproxy.store import lake
+
+if lake.available() is not None:  # no wheels, or wheels of another DuckDB release than this one
+    pytest.skip(lake.available(), allow_module_level=True)
 pytestmark = pytest.mark.timeout(300)
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"

@@ -6,9 +6,11 @@ DuckDB SQL as the single-file store.
     --db ducklake:/shared/moeproxy/runs.ducklake                            (data path: runs.ducklake.files/)
 
 Extensions come from Python wheels, never from the internet: ``pip install 'moeproxy[team]'``
-installs ``duckdb-extension-ducklake`` and ``-postgres`` for the pinned DuckDB release (1.5.5, the
-last one with such wheels; DuckDB 2.0 downloads its extensions at first use, which an air-gapped
-cluster cannot), and each is loaded from its wheel's file with ``INSTALL '<path>'`` + ``LOAD``.
+installs ``duckdb-extension-ducklake`` and ``-postgres``, which require DuckDB 1.5.5 (the last release
+with such wheels; DuckDB 2.0 downloads its extensions at first use, which an air-gapped cluster
+cannot), and each is loaded from its wheel's file with ``INSTALL '<path>'`` + ``LOAD``. The default
+install keeps the newest DuckDB for the single-file store (faster); ``available()`` says whether this
+one can open a catalog.
 
 Small appends (a watcher's second of rows) are kept in the catalog itself (``DATA_INLINING_ROW_LIMIT``)
 rather than written as a Parquet file each; ``compact`` (``moeproxy store compact``, and the watcher
@@ -57,6 +59,16 @@ def default_data_path(target: str) -> str:
         raise InputError(f"{target}: a PostgreSQL catalog needs a data path for its Parquet files "
                          "(--data-path or $MOEPROXY_DATA_PATH: a folder every host sees, or s3://...)")
     return str(local) + ".files"
+
+
+def available() -> str | None:
+    """None when this install can open a DuckLake catalog, else why not (one line)."""
+    try:
+        for wheel in EXTENSIONS:
+            extension_file(wheel)
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 def extension_file(wheel: str) -> Path:

@@ -10,8 +10,10 @@ import pytest
 
 from dashboard_server import app_env, browser_page, dashboard_server, sync_api, wait_for_app
 
-pytest.importorskip("duckdb_extension_ducklake", reason="the DuckLake extension wheel is not installed "
-                    "(pip install 'moeproxy[team]')")
+from moeproxy.store import lake
+
+if lake.available() is not None:  # no wheels, or wheels of another DuckDB release than this one
+    pytest.skip(lake.available(), allow_module_level=True)
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
