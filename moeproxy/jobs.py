@@ -119,14 +119,12 @@ def jobs_root(db_path: str | Path | None = None) -> Path:
     env = os.environ.get(JOBS_ENV)
     if env:
         return Path(env).expanduser()
-    from moeproxy.store import default_db_path, resolve_db
+    from moeproxy.store.schema import catalog_file, default_db_path, resolve_db
 
     db = resolve_db(db_path) if db_path and str(db_path) != ":memory:" else default_db_path()
     if not isinstance(db, Path):  # a DuckLake catalog: a local one's folder, else this host's data folder
-        local = Path(db[len("ducklake:"):]).expanduser()
-        shared = db[len("ducklake:"):].startswith(("postgres:", "postgresql:"))
-        db = (Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "moeproxy" / "runs"
-              if shared else local)
+        db = catalog_file(db) or (Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+                                  / "moeproxy" / "runs")
     return db.parent / "jobs"
 
 

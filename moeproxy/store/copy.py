@@ -19,7 +19,7 @@ BATCH_ROWS = 1_000_000
 
 
 def _columns(con, table: str) -> list[str]:
-    return [r[0] for r in con.execute(f"SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+    return [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
                                       "AND table_catalog = current_database() ORDER BY ordinal_position",
                                       [table]).fetchall()]
 

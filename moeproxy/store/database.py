@@ -31,7 +31,6 @@ store on another engine: the same tables, reads and writes, through the same met
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import time
@@ -47,12 +46,20 @@ from moeproxy.errors import InputError, NotFound, StoreBusy, StoreUnavailable, W
 from moeproxy.lazy import LazyModule
 
 from moeproxy.store import lake
-from moeproxy.store.schema import SCHEMA_VERSION, TABLES, _SCHEMA, default_db_path
+from moeproxy.store.schema import SCHEMA_VERSION, TABLES, _SCHEMA, catalog_file, default_db_path, is_catalog
 from moeproxy.store.series import series_sql
 from moeproxy.store.write import Transaction, _first
 
 pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no pandas
 
+
+# the run lists' shared parts: each run's latest verdict, and its name, role and sizes
+_LATEST_FINDING = """f AS (SELECT run_id, arg_max(verdict, created_at) AS verdict,
+                         arg_max(onset_step, created_at) AS onset_step FROM findings GROUP BY run_id)"""
+_RUN_COLUMNS = """r.name AS run, r.role, r.proxy_of, r.framework, r.format,
+    coalesce(CAST(json_extract(r.meta, '$.tags') AS VARCHAR[]), []) AS tags,
+    coalesce(s.steps, 0) AS steps, coalesce({metrics}, 0) AS metrics,
+    coalesce(s.rows, 0) AS rows, coalesce(s.nonfinite, 0) AS nonfinite, coalesce(s.attempts, 0) AS attempts"""
 
 LIVE_SECONDS = 60  # a run a watcher stored rows of within this long is live
 
@@ -70,12 +77,12 @@ class Store:
         self.lock_timeout = lock_timeout
         self._held = None
         self.catalog: str | None = None
-        if path is None and lake.is_catalog(os.environ.get("MOEPROXY_DB")):
-            path = os.environ["MOEPROXY_DB"]
-        if lake.is_catalog(str(path)):
+        if path is None:
+            path = default_db_path()  # $MOEPROXY_DB (a file or a catalog), else the default file
+        if is_catalog(str(path)):
             self.catalog = str(path)
             self.data_path = data_path or lake.default_data_path(self.catalog)
-            self.path = lake.local_file(self.catalog)  # None for a PostgreSQL catalog
+            self.path = catalog_file(self.catalog)  # None for a PostgreSQL catalog
             self._memory = None
         elif str(path) == ":memory:":
             self.path = None
@@ -83,7 +90,7 @@ class Store:
             self._memory.execute(_SCHEMA)
             self._init_meta(self._memory)
         else:
-            self.path = Path(path).expanduser() if path is not None else default_db_path()
+            self.path = Path(path).expanduser()
             self._memory = None
 
     def __repr__(self) -> str:
@@ -384,19 +391,14 @@ class Store:
         """One row per run with its size and latest verdict."""
         with self.read() as con:
             return con.execute(
-                """
+                f"""
                 WITH s AS (
                     SELECT run_id, count(DISTINCT step) AS steps, count(DISTINCT metric) AS metrics,
                            count(*) AS rows, count(*) FILTER (WHERE NOT isfinite(value)) AS nonfinite,
                            count(DISTINCT attempt) AS attempts, max(step) AS last_step
                     FROM scalars GROUP BY run_id),
-                f AS (SELECT run_id, arg_max(verdict, created_at) AS verdict,
-                             arg_max(onset_step, created_at) AS onset_step FROM findings GROUP BY run_id)
-                SELECT r.name AS run, r.role, r.proxy_of, r.framework, r.format,
-                       coalesce(CAST(json_extract(r.meta, '$.tags') AS VARCHAR[]), []) AS tags,
-                       coalesce(s.steps, 0) AS steps, coalesce(s.metrics, 0) AS metrics,
-                       coalesce(s.rows, 0) AS rows, coalesce(s.nonfinite, 0) AS nonfinite,
-                       coalesce(s.attempts, 0) AS attempts, s.last_step, f.verdict, f.onset_step, r.created_at
+                {_LATEST_FINDING}
+                SELECT {_RUN_COLUMNS.format(metrics="s.metrics")}, s.last_step, f.verdict, f.onset_step, r.created_at
                 FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN f USING (run_id)
                 ORDER BY r.created_at, r.run_id
                 """
@@ -647,17 +649,12 @@ class Store:
         non-finite: sums; attempts: the most of any file) and the metric-name table."""
         with self.read() as con:
             return con.execute(
-                """
+                f"""
                 WITH s AS (SELECT run_id, max(steps) AS steps, sum(rows) AS rows, sum(nonfinite) AS nonfinite,
                                   max(attempts) AS attempts FROM sources GROUP BY run_id),
                 m AS (SELECT run_id, count(DISTINCT metric) AS metrics FROM metric_names GROUP BY run_id),
-                f AS (SELECT run_id, arg_max(verdict, created_at) AS verdict,
-                             arg_max(onset_step, created_at) AS onset_step FROM findings GROUP BY run_id)
-                SELECT r.name AS run, r.role, r.proxy_of, r.framework, r.format,
-                       coalesce(CAST(json_extract(r.meta, '$.tags') AS VARCHAR[]), []) AS tags,
-                       coalesce(s.steps, 0) AS steps, coalesce(m.metrics, 0) AS metrics,
-                       coalesce(s.rows, 0) AS rows, coalesce(s.nonfinite, 0) AS nonfinite,
-                       coalesce(s.attempts, 0) AS attempts, f.verdict, f.onset_step, r.created_at
+                {_LATEST_FINDING}
+                SELECT {_RUN_COLUMNS.format(metrics="m.metrics")}, f.verdict, f.onset_step, r.created_at
                 FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN m USING (run_id) LEFT JOIN f USING (run_id)
                 ORDER BY r.created_at, r.run_id
                 """

@@ -33,20 +33,10 @@ from pathlib import Path
 import duckdb
 
 from moeproxy.errors import InputError
+from moeproxy.store.schema import catalog_file  # what a catalog string says
 
-PREFIX = "ducklake:"
 ALIAS = "lake"  # the attached catalog's name in the connection
 EXTENSIONS = {"ducklake": "ducklake", "postgres": "postgres_scanner"}  # wheel name -> extension name
-
-
-def is_catalog(target) -> bool:
-    return isinstance(target, str) and target.startswith(PREFIX)
-
-
-def local_file(target: str) -> Path | None:
-    """The catalog file of a local catalog (``ducklake:FILE``), None for a PostgreSQL one."""
-    rest = target[len(PREFIX):]
-    return None if rest.startswith(("postgres:", "postgresql:")) else Path(rest).expanduser()
 
 
 def default_data_path(target: str) -> str:
@@ -54,7 +44,7 @@ def default_data_path(target: str) -> str:
     env = os.environ.get("MOEPROXY_DATA_PATH")
     if env:
         return env
-    local = local_file(target)
+    local = catalog_file(target)
     if local is None:
         raise InputError(f"{target}: a PostgreSQL catalog needs a data path for its Parquet files "
                          "(--data-path or $MOEPROXY_DATA_PATH: a folder every host sees, or s3://...)")
@@ -87,7 +77,7 @@ def extension_file(wheel: str) -> Path:
 
 
 def load_extensions(con, target: str) -> None:
-    wheels = ["ducklake"] + (["postgres"] if local_file(target) is None else [])
+    wheels = ["ducklake"] + (["postgres"] if catalog_file(target) is None else [])
     for wheel in wheels:
         path = extension_file(wheel)
         con.execute(f"INSTALL '{path}'")

@@ -46,12 +46,23 @@ CREATE TABLE IF NOT EXISTS alerts (
 CATALOG_PREFIX = "ducklake:"
 
 
+def is_catalog(target) -> bool:
+    """A DuckLake catalog string (``ducklake:postgres:...`` or ``ducklake:FILE``), not a file path."""
+    return isinstance(target, str) and target.startswith(CATALOG_PREFIX)
+
+
+def catalog_file(target: str) -> Path | None:
+    """The catalog file of a local catalog (``ducklake:FILE``), None for a PostgreSQL one."""
+    rest = target[len(CATALOG_PREFIX):]
+    return None if rest.startswith(("postgres:", "postgresql:")) else Path(rest).expanduser()
+
+
 def resolve_db(db) -> str | Path:
     """The store a ``--db`` value names: a DuckLake catalog string as it is, ``:memory:``, or a file
     path (``~`` expanded); None: the default (``default_db_path``)."""
     if db is None or str(db) == "":
         return default_db_path()
-    if str(db).startswith(CATALOG_PREFIX) or str(db) == ":memory:":
+    if is_catalog(str(db)) or str(db) == ":memory:":
         return str(db)
     return Path(db).expanduser()
 
@@ -62,15 +73,15 @@ def store_exists(db) -> bool:
     target = resolve_db(db)
     if isinstance(target, Path):
         return target.exists()
-    if target.startswith(CATALOG_PREFIX):
-        rest = target[len(CATALOG_PREFIX):]
-        return rest.startswith(("postgres:", "postgresql:")) or Path(rest).expanduser().exists()
+    if is_catalog(target):
+        local = catalog_file(target)
+        return local is None or local.exists()
     return True
 
 
 def default_db_path() -> str | Path:
     env = os.environ.get("MOEPROXY_DB")
     if env:
-        return env if env.startswith(CATALOG_PREFIX) else Path(env).expanduser()
+        return env if is_catalog(env) else Path(env).expanduser()
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "moeproxy" / "runs.duckdb"
