@@ -81,6 +81,9 @@ class Store:
             path = default_db_path()  # $MOEPROXY_DB (a file or a catalog), else the default file
         if is_catalog(str(path)):
             self.catalog = str(path)
+            missing = lake.available()  # said at once: not "no runs" for a catalog this install cannot open
+            if missing is not None:
+                raise InputError(f"{self.catalog}: {missing}")
             self.data_path = data_path or lake.default_data_path(self.catalog)
             self.path = catalog_file(self.catalog)  # None for a PostgreSQL catalog
             self._memory = None

@@ -36,6 +36,7 @@ from moeproxy.errors import InputError
 from moeproxy.store.schema import catalog_file  # what a catalog string says
 
 ALIAS = "lake"  # the attached catalog's name in the connection
+WHEEL_RELEASE = "1.5.5"  # the DuckDB release the extension wheels (and the `team` extra) are for
 EXTENSIONS = {"ducklake": "ducklake", "postgres": "postgres_scanner"}  # wheel name -> extension name
 
 
@@ -65,8 +66,9 @@ def extension_file(wheel: str) -> Path:
     """The ``.duckdb_extension`` file a ``duckdb-extension-<wheel>`` package ships for this DuckDB."""
     spec = importlib.util.find_spec(f"duckdb_extension_{wheel}")
     if spec is None or not spec.submodule_search_locations:
-        raise InputError(f"a DuckLake catalog needs the DuckDB extension wheels: pip install 'moeproxy[team]' "
-                         f"(duckdb-extension-{wheel}=={duckdb.__version__}); they are not installed")
+        raise InputError(f"a DuckLake catalog needs the extension wheels of the team extra: pip install "
+                         f"'moeproxy[team]' (duckdb-extension-{wheel}, which exists for DuckDB {WHEEL_RELEASE} only: "
+                         f"the extra moves this DuckDB {duckdb.__version__} to it); they are not installed")
     root = Path(list(spec.submodule_search_locations)[0])
     found = sorted(root.glob(f"extensions/v{duckdb.__version__}/*.duckdb_extension"))
     if not found:
