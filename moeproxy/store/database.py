@@ -139,7 +139,11 @@ class Store:
             except duckdb.IOException as exc:
                 message = str(exc)
                 if not _LOCKED.search(message):  # (not "lock" alone: "checksum ... in block at" is damage)
-                    raise InputError(f"{label}: cannot open the run database ({message.splitlines()[0]})") from None
+                    hint = ""
+                    if "newer version of DuckDB" in message:  # a 2.0 file under the team extra's DuckDB 1.5.5
+                        hint = (f"; it was written by a newer DuckDB than this {duckdb.__version__}: copy it with "
+                                "`moeproxy store copy` on an install of that DuckDB, or ingest its logs again")
+                    raise InputError(f"{label}: cannot open the run database ({message.splitlines()[0]}){hint}") from None
                 if time.monotonic() >= deadline:
                     holder = _LOCK_HOLDER.search(message)
                     who = f"process {holder.group(1)}" if holder else "another process"
