@@ -141,8 +141,8 @@ class Store:
                 if not _LOCKED.search(message):  # (not "lock" alone: "checksum ... in block at" is damage)
                     hint = ""
                     if "newer version of DuckDB" in message:  # a 2.0 file under the team extra's DuckDB 1.5.5
-                        hint = (f"; it was written by a newer DuckDB than this {duckdb.__version__}: copy it with "
-                                "`moeproxy store copy` on an install of that DuckDB, or ingest its logs again")
+                        hint = (f"; it was written by a newer DuckDB than this {duckdb.__version__}: ingest its logs "
+                                "again here (or read it with an install of that DuckDB)")
                     raise InputError(f"{label}: cannot open the run database ({message.splitlines()[0]}){hint}") from None
                 if time.monotonic() >= deadline:
                     holder = _LOCK_HOLDER.search(message)
