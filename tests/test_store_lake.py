@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,41 +44,46 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
+def postgres():
     """A PostgreSQL server of this test module: ``make(dbname)`` creates a database and returns
     the DuckLake catalog string for it."""
     bindir = _postgres_bin()
     if bindir is None:
         pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
     as_user: list[str] = []
-    root = tmp_path_factory.mktemp("pg")
+    # a folder of its own directly under the system temp folder, removed after: a short path (a Unix
+    # socket's path must stay under 108 bytes) that 'nobody' can reach without opening up pytest's
+    # own (0700) temporary folders
+    root = Path(tempfile.mkdtemp(prefix="moeproxy-pg-"))
     if os.geteuid() == 0:  # the server refuses to run as root: the unprivileged 'nobody' runs it
         runuser = shutil.which("runuser")
         if runuser is None:
+            shutil.rmtree(root)
             pytest.skip("running as root without runuser: cannot start PostgreSQL as an unprivileged user")
         as_user = [runuser, "-u", "nobody", "--"]
-        for parent in [root, *root.parents]:
-            if parent == Path("/"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o755)  # nobody must reach the folder
+        root.chmod(0o755)
     data, sock = root / "data", root / "sock"
-    data.mkdir()
-    sock.mkdir()
-    if as_user:
-        subprocess.run(["chown", "-R", "nobody", str(root)], check=True)
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "moeproxy", "--auth=trust", "-E", "UTF8"],
-                   check=True, capture_output=True)
-    port = _free_port()
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(root / "server.log"), "-o",
-                    f"-k {sock} -p {port} -c listen_addresses=''", "start"], check=True, capture_output=True)
-
-    def make(dbname: str) -> str:
-        subprocess.run([str(bindir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "moeproxy", dbname],
+    try:  # removed whatever happens, a failed start included
+        data.mkdir()
+        sock.mkdir()
+        if as_user:
+            subprocess.run(["chown", "-R", "nobody", str(root)], check=True)
+        subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "moeproxy", "--auth=trust", "-E", "UTF8"],
                        check=True, capture_output=True)
-        return f"ducklake:postgres:dbname={dbname} host={sock} port={port} user=moeproxy"
+        port = _free_port()
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(root / "server.log"), "-o",
+                        f"-k {sock} -p {port} -c listen_addresses=''", "start"], check=True, capture_output=True)
 
-    yield make
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        def make(dbname: str) -> str:
+            subprocess.run([str(bindir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "moeproxy", dbname],
+                           check=True, capture_output=True)
+            return f"ducklake:postgres:dbname={dbname} host={sock} port={port} user=moeproxy"
+
+        yield make
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _moeproxy(capsys, *args) -> str:
