@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeproxy.errors import NotFound
+from moeproxy.errors import MoeproxyError, NotFound
 
 
 def _detector_version() -> str:
@@ -109,9 +109,13 @@ def _store_with_run(target: str, db: str | None):
 
     db_path = resolve_db(db)
     if store_exists(db_path):
-        store = Store(db_path)
-        if store.has_run(target):
-            return store, db_path
+        try:
+            store = Store(db_path)
+            if store.has_run(target):
+                return store, db_path
+        except MoeproxyError:
+            if not Path(target).exists():  # a log path needs no database: one it cannot open is no reason to stop
+                raise
     return None, db_path
 
 

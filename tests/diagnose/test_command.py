@@ -89,3 +89,15 @@ def test_detectors_are_listed_and_target_is_required(capsys):
                  "reward_collapse"):
         assert name in listed
     assert main(["diagnose"]) == 2
+
+
+def test_a_log_path_is_diagnosed_when_the_database_cannot_be_opened(capsys, db_path):
+    # a log file needs no database: a damaged or newer-format default store must not stop it
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    db_path.write_bytes(b"not a duckdb file\n" * 4096)
+    assert main(["diagnose", str(FIXTURES / "verl_console_nan.log"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "overflow"
+    assert db_path.read_bytes() == b"not a duckdb file\n" * 4096  # left as it was
+    # a run name still needs the database, and the error says what is wrong with it
+    assert main(["diagnose", "some-run"]) != 0
+    assert str(db_path) in capsys.readouterr().err
