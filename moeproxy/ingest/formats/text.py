@@ -265,7 +265,7 @@ def _counter(pattern: re.Pattern, line: str) -> tuple[int, str] | None:
     return None
 
 
-STEPPED, BY_EPOCH, INDEXLESS, EVENT = range(4)
+STEPPED, BY_EPOCH, INDEXLESS, EVENT, PENDING = range(5)
 SCALE_AFTER_EVENT = re.compile(r"^\s*using dynamic loss scale of\s*(\d+(?:\.\d*)?)\s*$", re.IGNORECASE)
 
 
@@ -310,14 +310,29 @@ def parse_text(src: SourceFile) -> ParsedLog:
                 entries.append((BY_EPOCH, header_epoch, rank_of(raw), record))
                 counts[BY_EPOCH] += 1
                 continue
-        elif not counts[STEPPED]:
-            record = extract_pairs(line)
-            if len(record) >= 2:
-                entries.append((INDEXLESS, None, rank_of(raw), record))
-                counts[INDEXLESS] += 1
-                continue
+        elif not counts[STEPPED] and raw.strip():
+            # read only if the file turns out to have no counted records: a long preamble before
+            # them (tracebacks, environment dumps) is then not read pair by pair
+            entries.append((PENDING, None, rank_of(raw), line))
+            continue
         if raw.strip():
             skipped += 1
+    pending = sum(1 for entry in entries if entry[0] == PENDING)
+    if pending and (counts[STEPPED] or counts[BY_EPOCH]):
+        skipped += pending
+        entries = [entry for entry in entries if entry[0] != PENDING]
+    elif pending:  # lines of two or more pairs with no counter: records by their index
+        resolved = []
+        for entry_kind, counter, rank, line in entries:
+            if entry_kind == PENDING:
+                record = extract_pairs(line)
+                if len(record) < 2:
+                    skipped += 1
+                    continue
+                entry_kind, line = INDEXLESS, record
+                counts[INDEXLESS] += 1
+            resolved.append((entry_kind, counter, rank, line))
+        entries = resolved
     kind = next((k for k in (STEPPED, BY_EPOCH, INDEXLESS) if counts[k]), STEPPED)
     skipped += sum(counts) - counts[kind]
     table = LogTable()
@@ -368,9 +383,25 @@ def sniff_text(src: SourceFile) -> float:
         return 0.4  # many counted records: a pasted table or key=value config before them is preamble
     if with_step:
         return 0.3
-    if sum(1 for raw in lines if len(extract_pairs(_strip(raw[:HEAD_BYTES]))) >= 2) >= max(2, len(lines) // 2):
-        return 0.2
-    return 0.0
+    return 0.2 if _mostly_pairs(lines) else 0.0
+
+
+def _mostly_pairs(lines: list[str]) -> bool:
+    """At least half the lines (and two) hold two or more pairs; stops reading once that cannot hold
+    (a preamble window of tracebacks is answered in a few lines, not all of them)."""
+    need = max(2, len(lines) // 2)
+    allowed_misses = len(lines) - need
+    hits = misses = 0
+    for raw in lines:
+        if len(extract_pairs(_strip(raw[:HEAD_BYTES]))) >= 2:
+            hits += 1
+            if hits >= need:
+                return True
+        else:
+            misses += 1
+            if misses > allowed_misses:
+                return False
+    return False
 
 
 register(LogFormat("text", "generic text log: a step counter plus key: value / key=value / key value pairs",
