@@ -6,13 +6,9 @@ cannot be had."""
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +17,7 @@ from moeproxy.cli import main
 from moeproxy.store import Store
 
 from moeproxy.store import lake
+from moeproxy.store.local_postgres import Unavailable, local_postgres
 
 if lake.available() is not None:  # no wheels, or wheels of another DuckDB release than this one
     pytest.skip(lake.available(), allow_module_level=True)
@@ -29,61 +26,15 @@ pytestmark = pytest.mark.timeout(300)
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
-def _postgres_bin() -> Path | None:
-    found = shutil.which("initdb")
-    if found:
-        return Path(os.path.realpath(found)).parent
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    return Path(versions[-1]).parent if versions else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def postgres():
     """A PostgreSQL server of this test module: ``make(dbname)`` creates a database and returns
     the DuckLake catalog string for it."""
-    bindir = _postgres_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    as_user: list[str] = []
-    # a folder of its own directly under the system temp folder, removed after: a short path (a Unix
-    # socket's path must stay under 108 bytes) that 'nobody' can reach without opening up pytest's
-    # own (0700) temporary folders
-    root = Path(tempfile.mkdtemp(prefix="moeproxy-pg-"))
-    if os.geteuid() == 0:  # the server refuses to run as root: the unprivileged 'nobody' runs it
-        runuser = shutil.which("runuser")
-        if runuser is None:
-            shutil.rmtree(root)
-            pytest.skip("running as root without runuser: cannot start PostgreSQL as an unprivileged user")
-        as_user = [runuser, "-u", "nobody", "--"]
-        root.chmod(0o755)
-    data, sock = root / "data", root / "sock"
-    try:  # removed whatever happens, a failed start included
-        data.mkdir()
-        sock.mkdir()
-        if as_user:
-            subprocess.run(["chown", "-R", "nobody", str(root)], check=True)
-        subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "moeproxy", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True)
-        port = _free_port()
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(root / "server.log"), "-o",
-                        f"-k {sock} -p {port} -c listen_addresses=''", "start"], check=True, capture_output=True)
-
-        def make(dbname: str) -> str:
-            subprocess.run([str(bindir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "moeproxy", dbname],
-                           check=True, capture_output=True)
-            return f"ducklake:postgres:dbname={dbname} host={sock} port={port} user=moeproxy"
-
-        yield make
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+    try:
+        with local_postgres() as make:
+            yield make
+    except Unavailable as why:
+        pytest.skip(str(why))
 
 
 def _moeproxy(capsys, *args) -> str:

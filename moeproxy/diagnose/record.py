@@ -114,7 +114,9 @@ def _store_with_run(target: str, db: str | None):
             if store.has_run(target):
                 return store, db_path
         except MoeproxyError:
-            if not Path(target).exists():  # a log path needs no database: one it cannot open is no reason to stop
+            # a log path needs no database: a default one it cannot open (a newer DuckDB's) is no reason
+            # to stop; a database named with --db that is not one is said
+            if db is not None or not Path(target).exists():
                 raise
     return None, db_path
 

@@ -76,6 +76,7 @@ class Store:
                  data_path: str | None = None) -> None:
         self.lock_timeout = lock_timeout
         self._held = None
+        self._lake = None  # a PostgreSQL catalog's attached connection, opened once
         self.catalog: str | None = None
         if path is None:
             path = default_db_path()  # $MOEPROXY_DB (a file or a catalog), else the default file
@@ -188,7 +189,22 @@ class Store:
                     con.close()
                     raise
 
-        return self._checked(self._connect_waiting(connect, self.catalog))
+        if self.path is not None:  # a local catalog file is locked while open: one connection per use
+            return self._checked(self._connect_waiting(connect, self.catalog))
+        # PostgreSQL serves many connections and DuckLake versions every commit: one attached instance
+        # for the life of this Store, a cursor of it per use (loading the extensions and attaching
+        # cost ~0.1-0.3 s per connection: every watcher cycle and dashboard read paid it)
+        if self._lake is None:
+            self._lake = self._checked(self._connect_waiting(connect, self.catalog))
+        cursor = self._lake.cursor()
+        try:
+            cursor.execute(f"USE {lake.ALIAS}")
+        except duckdb.Error:  # the server went away: attach again next time
+            cursor.close()
+            self._lake.close()
+            self._lake = None
+            raise
+        return cursor
 
     def _checked(self, con):
         """The connection of a moeproxy store: the tables made in a new one, an older schema brought
