@@ -62,6 +62,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
         # RL libraries' episode return (OpenAI baselines DDPG/PPO2, Stable-Baselines3, RLlib)
         "rollout/return_history", "rollout/return", "eprewmean", "rollout/ep_rew_mean", "ep_rew_mean", "episode_reward_mean",
         "episode_return", "episode_reward", "mean_return", "avg_return", "return_mean",
+        # rllab / OpenAI baselines' logz tables (and the Berkeley deep-RL homework built on them)
+        "AverageReturn", "averagereturn", "average_return",
     ),
     "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
     "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal

@@ -65,8 +65,35 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
         out["onset_epoch"] = epoch_at(onset)
         for item in (*out["findings"], *alts):
             item["epoch"] = epoch_at(item.get("onset_step"))
+    counters = _other_counters(run)
+    if counters and onset is not None:
+        # the log's other progress counters at the onset (an RL library's environment steps beside its
+        # rollout counter: a reader of its plots dates things by those)
+        out["onset_counters"] = {name: at(onset) for name, at in counters.items()}
     if data is not None:
         out["data"] = data
+    return out
+
+
+def _other_counters(run: RunSeries) -> dict:
+    """name -> (step -> that counter's value at the step) for each series whose name is a step key
+    of the vocabulary and whose values only grow: counters the log carries beside its step."""
+    from moeproxy.vocabulary import STEP_KEYS
+
+    keys = {k.lower() for k in STEP_KEYS}
+    out = {}
+    for name, series in run.matching(lambda n: n.lower() in keys):
+        c = series[np.isfinite(series.to_numpy(dtype=float))]
+        values = c.to_numpy(dtype=float)
+        if len(values) < 2 or not (np.diff(values) >= 0).all() or values[-1] <= values[0]:
+            continue
+        steps = c.index.to_numpy()
+
+        def at(step, steps=steps, values=values):
+            i = int(np.searchsorted(steps, step, side="right")) - 1
+            return int(values[max(i, 0)]) if float(values[max(i, 0)]).is_integer() else float(values[max(i, 0)])
+
+        out[name] = at
     return out
 
 

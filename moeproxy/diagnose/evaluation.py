@@ -32,6 +32,7 @@ class Case:
     verdict: str = "error"
     onset: int | None = None
     onset_epoch: float | None = None
+    onset_counters: dict = field(default_factory=dict)  # the log's other counters at the onset
     confidence: str = "-"
     seconds: float = 0.0
     error: str | None = None
@@ -51,18 +52,20 @@ class Case:
 
     @property
     def onset_ok(self) -> bool | None:
-        return onset_right(self, self.verdict, self.onset, self.onset_epoch)
+        return onset_right(self, self.verdict, self.onset, self.onset_epoch, self.onset_counters)
 
     @property
     def raters_disagree(self) -> bool:
         return len(self.labels) > 1
 
 
-def onset_right(case: Case, verdict: str, onset: int | None, epoch: float | None = None) -> bool | None:
+def onset_right(case: Case, verdict: str, onset: int | None, epoch: float | None = None,
+                counters: dict | None = None) -> bool | None:
     """Whether ``verdict`` from ``onset`` puts the onset in range: None for a healthy label or
     verdict a rater gave (no onset to judge) or a label without ranges. Ranges with a fractional
     bound are in epochs (a log whose only counter is the epoch): ``epoch``, the tool's onset in
-    epochs, is judged against them."""
+    epochs, is judged against them. ``counters``: the onset in the log's other counters, as the
+    tool states it (an RL library's environment steps): a range in one of them is met there."""
     if case.label == "healthy" or not case.accepts.get(case.label):
         return None
     if verdict == "healthy" and verdict in case.labels:
@@ -72,7 +75,7 @@ def onset_right(case: Case, verdict: str, onset: int | None, epoch: float | None
     ranges = case.accepts.get(verdict) or case.accepts.get(case.label) or []
     in_epochs = any(float(b) != int(b) for r in ranges for b in r)
     at = epoch if in_epochs and epoch is not None else onset
-    return any(lo <= at <= hi for lo, hi in ranges)
+    return any(lo <= value <= hi for lo, hi in ranges for value in (at, *(counters or {}).values()))
 
 
 def source_of(url: str) -> str:
@@ -122,6 +125,7 @@ def evaluate(folder: Path, set_name: str | None = None) -> list[Case]:
             result = diagnose_path(folder / entry["file"])
             case.verdict, case.onset = result["verdict"], result["onset_step"]
             case.onset_epoch = result.get("onset_epoch")
+            case.onset_counters = result.get("onset_counters") or {}
             case.confidence, case.result = result.get("confidence") or "?", result
         except Exception as exc:  # an error is a result here: the case counts as missed
             case.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]

@@ -24,7 +24,9 @@ def render_text(result: dict, run: str | None = None) -> str:
         lines = [f"{head}healthy: no critical finding"]
     else:
         epoch = result.get("onset_epoch")
-        lines = [f"{head}{verdict} from step {onset}" + (f" (epoch {epoch:g})" if epoch is not None else "")]
+        counters = ", ".join(f"{shown(n)} {v:g}" for n, v in (result.get("onset_counters") or {}).items())
+        lines = [f"{head}{verdict} from step {onset}" + (f" (epoch {epoch:g})" if epoch is not None else "")
+                 + (f" ({counters})" if counters else "")]
     if result.get("confidence"):
         lines[0] += f" (confidence {result['confidence']}: {result.get('confidence_reason', '')})".replace(": )", ")")
     for alt in result.get("alternatives") or []:

@@ -144,7 +144,7 @@ def cross_validate(cases, c: float = 1.0) -> dict:
                 o["right"] += verdict in case.labels
                 epoch = next((f.get("epoch") for f in case.result.get("findings", [])
                               if f.get("onset_step") == onset), None) if case.result else None
-                ok = onset_right(case, verdict, onset, epoch)
+                ok = onset_right(case, verdict, onset, epoch, case.onset_counters if onset == case.onset else None)
                 if ok is not None:
                     o["judged"] += 1
                     o["onsets"] += bool(ok)

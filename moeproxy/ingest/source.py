@@ -48,8 +48,19 @@ SNIFF_MIN_LINES = 8
 SNIFF_BYTES = 16 * 1024 * 1024
 # a bar and its times only (``  1%|▏   | 24/1875 [30:24<35:17:45, 68.65s/it]``): a bar that carries
 # metrics (``..., loss=2.3]``) is a record, not a redraw
-PROGRESS_ONLY = re.compile(r"^[^|]{0,60}\|[^|]{0,80}\|\s*\d+/\d+\s*"
-                           r"\[[\d:<?]{1,20}(?:,\s*[\d.?]{1,12}\s*(?:s/it|it/s))?\]\s*$")
+# (nor is one whose description holds them: ``Epoch: [7/400] Loss: nan: 100%|██| 469/469 [06:54<00:00]``)
+PROGRESS_BAR = re.compile(r"^([^|]{0,60})\|[^|]{0,80}\|\s*\d+/\d+\s*"
+                          r"\[[\d:<?]{1,20}(?:,\s*[\d.?]{1,12}\s*(?:s/it|it/s))?\]\s*$")
+DESCRIPTION_PAIR = re.compile(r"[A-Za-z_][\w/]*\s*[:=]\s*[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)(?![\d.%eE])",
+                              re.IGNORECASE)
+
+
+def progress_only(line: str) -> bool:
+    """A progress bar's redraw with nothing else on the line (its description at most 60 characters)."""
+    m = PROGRESS_BAR.match(line)
+    return m is not None and DESCRIPTION_PAIR.search(m.group(1)) is None
+
+
 # an unterminated last line ending in one of these closed its record: nothing of it can be cut
 CLOSING = ("}", "]", ")", "|")
 _KIND = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
@@ -187,7 +198,7 @@ class SourceFile:
         the lines after them. Made once per file: every sniffer asks."""
         if self._sniff_lines is None:
             lines = self.head_text.splitlines()
-            kept = [line for line in lines if not PROGRESS_ONLY.match(line)]
+            kept = [line for line in lines if not progress_only(line)]
             if (len(kept) < HEAD_LINES and 2 * len(kept) < len(lines) and self.size > len(self.sniff_head())
                     and self.encoding is not None):
                 with self.open_checked() as fh:
@@ -195,7 +206,7 @@ class SourceFile:
                 text = data.decode(self.encoding, errors="replace")
                 if len(data) < self.size and "\n" in text:
                     text = text[: text.rfind("\n") + 1]
-                kept = [line for line in text.splitlines() if not PROGRESS_ONLY.match(line)]
+                kept = [line for line in text.splitlines() if not progress_only(line)]
             self._sniff_lines = kept[:HEAD_LINES]
         return self._sniff_lines[:limit]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from moeproxy.ingest import parse_file
+from moeproxy.ingest.names import canonical_of
 
 
 def _wide(parsed):
@@ -166,3 +167,58 @@ def test_a_norm_of_something_else_is_not_the_grad_norm():
     assert canonical_of("baseline/grad_norm")[0] == "grad_norm"  # an arm label in front is dropped
     for other in ("param_norm", "weight_norm", "actor/weight_norm", "update_norm"):
         assert canonical_of(other) is None, other
+
+
+def test_a_counter_on_a_line_of_its_own_dates_the_pairs_below_it(tmp_path):
+    # an RL homework logger: a framed iteration header, then one ``Key : value`` a line
+    blocks = []
+    for it in range(12):
+        loss = "nan" if it >= 9 else f"{-0.01 * it:.4f}"
+        blocks.append(f"\n********** Iteration {it} ************\n\nCollecting data for eval...\n"
+                      f"Eval_AverageReturn : {20.0 + it}\nTrain_AverageReturn : {18.0 + it}\n"
+                      f"Actor Loss : {loss}\nTrain_EnvstepsSoFar : {1000 * (it + 1)}\nDone logging...\n\n")
+    log = tmp_path / "pg.log"
+    log.write_text("########\nlogging outputs to data/pg\n########\n" + "".join(blocks))
+    parsed = parse_file(log)
+    assert parsed.format == "text" and not parsed.step_from_index
+    wide = _wide(parsed)
+    assert list(wide.index) == list(range(12))
+    assert wide.loc[3, "train_averagereturn"] == 21.0
+    assert math.isnan(wide.loc[9, "actor loss"]) and wide.loc[8, "actor loss"] == -0.08
+
+
+def test_a_progress_bar_inside_a_named_epoch_is_dated_by_the_epoch(tmp_path):
+    # tqdm's description names the epoch and holds the pairs; the bar's 469/469 is within the epoch
+    bar = "█" * 40
+    lines = ["\n  0%|          | 0/469 [00:00<?, ?it/s]\n"]
+    for epoch, loss in enumerate(["1.5296", "3.7050", "4.1570", "nan", "nan"]):
+        lines.append("\n" * 30 + f"Epoch: [{epoch}/400] Loss: {loss} Acc: 0.05: 100%|{bar}| 469/469 "
+                     f"[07:02<00:00,  1.11it/s]\n")
+    log = tmp_path / "output.log"
+    log.write_text("".join(lines))
+    wide = _wide(parse_file(log))
+    assert list(wide.index) == [0, 1, 2, 3, 4]
+    assert wide.loc[1, "loss"] == 3.705 and math.isnan(wide.loc[3, "loss"])
+
+
+def test_a_gym_monitor_file_is_a_table_of_episode_returns(tmp_path):
+    # Stable-Baselines3's Monitor: a JSON comment line, then r (return), l (length), t (seconds)
+    rows = "".join(f"{-100 + 2 * i:.2f},{200 - i},{0.1 * i:.4f}\n" for i in range(30))
+    log = tmp_path / "monitor.csv"
+    log.write_text('#{"t_start": 1778540287.43, "env_id": "Parking-v0"}\nr,l,t\n' + rows)
+    parsed = parse_file(log)
+    assert parsed.format == "csv" and parsed.step_from_index
+    wide = _wide(parsed)
+    assert wide.loc[5, "episode_return"] == -90.0 and wide.loc[5, "episode_length"] == 195
+    assert canonical_of("episode_return")[0] == "reward_mean"
+
+
+def test_a_step_column_is_found_in_any_case_and_rllab_returns_are_the_reward(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("Time\tIteration\tAverageReturn\tTimestepsSoFar\n"
+                   + "".join(f"{1.5 * i:.3f}\t{10 * i}\t{5.0 + i}\t{1000 * i}\n" for i in range(12)))
+    parsed = parse_file(log)
+    assert not parsed.step_from_index
+    wide = _wide(parsed)
+    assert list(wide.index)[:3] == [0, 10, 20] and wide.loc[30, "AverageReturn"] == 8.0
+    assert canonical_of("AverageReturn")[0] == "reward_mean"

@@ -25,6 +25,10 @@ from moeproxy.diagnose.rules import declare
 thresholds(
     entropy_floor_fraction=(0.15, "policy entropy below this share of its start: collapsed (LABELS.md: 10-20 %)"),
     entropy_blowup_factor=(3.0, "LABELS.md: entropy x3 or more and staying: the policy blew up"),
+    entropy_floor_stays=(0.9, "... from the first record below the floor, this share of the rest stays below it"),
+    entropy_stall_share=(0.1, "a reward that gains at most this share of its whole rise once the entropy "
+                              "collapsed has stalled (LABELS.md: 'reward flat or falling after')"),
+    entropy_stall_span=(0.25, "... over at least this share of the run's records"),
 )
 
 RULES = declare(DIVERGENCE, {
@@ -35,7 +39,8 @@ RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
     "entropy_drop_reward_at_ceiling": "entropy falling after the reward rose to its ceiling (converged, not a collapse)",
-}, damage=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction",)}))
+}, damage=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays",
+                                                             "entropy_stall_share", "entropy_stall_span")}))
 
 
 def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
@@ -131,8 +136,18 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
         rname, gain, noise = reward
         change = ev.level_change(run.get(rname), onset)
         if run.reward_climbs_after(onset) is not None:
-            return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_rising",
-                            text + f"; {rname} still rose {change} (sharpening)")]
+            # LABELS.md "reward flat or falling after": after the entropy got below the floor to stay,
+            # a reward that stopped improving for a long stretch is the collapse, from where it stopped
+            floor_at = _below_floor_from(s, start, cfg)
+            stalled = None if floor_at is None else _reward_stalls_from(run, rname, max(floor_at, onset), noise, cfg)
+            if stalled is None:
+                return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_rising",
+                                text + f"; {rname} still rose {change} (sharpening)")]
+            onset = stalled
+            r = run.get(rname)
+            text += (f" (below the limit from step {floor_at}); {rname} rose until {ev.rec(r, onset)}, then went "
+                     f"{ev.level_change(r, onset)} (stalled)")
+            return [Finding(ENTROPY_COLLAPSE, onset, CRITICAL, name, "entropy_floor", text)]
         ceiling = _at_ceiling(run.get(rname), noise)
         if ceiling is not None:  # LABELS.md: a reward that cannot improve did not stop improving
             r = ev.finite(run.get(rname))
@@ -144,3 +159,36 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     else:
         text += "; no reward logged to confirm a stall"
     return [Finding(ENTROPY_COLLAPSE, onset, CRITICAL, name, "entropy_floor", text)]
+
+
+def _below_floor_from(s, start: float, cfg: DiagnoseConfig) -> int | None:
+    """The first record below ``entropy_floor_fraction`` of the start from which at least
+    ``entropy_floor_stays`` of the records stay below it; None when there is none."""
+    vals = s.to_numpy(dtype=float)
+    below = vals <= cfg.entropy_floor_fraction * start
+    n = len(vals)
+    stays = np.cumsum(below[::-1])[::-1] / (n - np.arange(n))
+    ok = below & (stays >= cfg.entropy_floor_stays)
+    return int(s.index[int(np.argmax(ok))]) if ok.any() else None
+
+
+def _reward_stalls_from(run: RunSeries, rname: str, after: int, noise: float, cfg: DiagnoseConfig) -> int | None:
+    """The first record from ``after`` on from which the reward gains at most ``entropy_stall_share``
+    of the range it moved over (or nothing beyond its noise) over a stretch of at least ``entropy_stall_span``
+    of the run: it stopped improving once the entropy was gone. A reward still rising at its pace
+    gains more than that share over such a stretch."""
+    r = ev.finite(run.get(rname))
+    vals = r.to_numpy(dtype=float)
+    n = len(vals)
+    span = max(cfg.min_history, int(np.ceil(cfg.entropy_stall_span * n)))
+    first = int(np.searchsorted(r.index.to_numpy(), after))
+    early = float(np.median(vals[:max(2, n // 50)]))  # its first records: a plateau can fill most of the run
+    rise = float(np.quantile(vals, 0.95) - min(np.quantile(vals, 0.05), early))  # the range it moved over
+    window = max(3, n // 100)  # the reward's level at a record: a few records from it
+    allowed = max(3 * noise, 0.02 * max(abs(float(np.max(vals))), 1e-9), cfg.entropy_stall_share * max(rise, 0.0))
+    for i in range(first, n - span + 1, max(1, n // 100)):
+        rest = vals[i:]
+        gain = float(np.median(rest[-max(1, len(rest) // 4):]) - np.median(rest[:window]))
+        if gain <= allowed:
+            return int(r.index[i])
+    return None

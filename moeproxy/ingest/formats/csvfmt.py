@@ -26,11 +26,32 @@ from moeproxy.ingest.table import LogTable
 from moeproxy.ingest.values import parse_number
 
 STEP_COLUMNS = STEP_KEYS  # the vocabulary's one list (it knows training/global_step and train/step too)
+# Gym / Stable-Baselines3's Monitor file (``monitor.csv``): a ``#{"t_start": ...}`` line, then one row
+# per episode of its return, length and wall time
+MONITOR_COLUMNS = {"r": "episode_return", "l": "episode_length", "t": "time"}
+
+
+def _step_column(columns: list[str]) -> str | None:
+    """The vocabulary's first step key among the columns, in any case (``Iteration``, ``Step``)."""
+    lower = {}
+    for c in columns:
+        lower.setdefault(c.lower(), c)
+    return next((lower[k.lower()] for k in STEP_COLUMNS if k.lower() in lower), None)
+
+
+def _without_comment_lines(text: str) -> str:
+    """Leading ``#`` lines whose shape is not the header's (a Monitor's JSON line) are comments."""
+    lines = text.split("\n", 8)
+    cut = 0
+    while cut < len(lines) - 1 and lines[cut].startswith("#") and lines[cut + 1].strip() \
+            and lines[cut].count(",") != lines[cut + 1].count(","):
+        cut += 1
+    return text if cut == 0 else text.split("\n", cut)[cut]
 RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def _dialect(src: SourceFile) -> str:
-    first = src.head_text.split("\n", 1)[0]
+    first = _without_comment_lines(src.head_text).split("\n", 1)[0]
     return "\t" if first.count("\t") > first.count(",") else ","
 
 
@@ -56,7 +77,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
     import pandas as pd
 
     try:
-        text = src.read_text()
+        text = _without_comment_lines(src.read_text())
         # na_filter off: every cell stays its text, and the cells a short row lacks read "" (not logged)
         df = pd.read_csv(io.StringIO(text), sep=_dialect(src), dtype=str, keep_default_na=False, na_filter=False,
                          on_bad_lines="skip")
@@ -86,10 +107,13 @@ def parse_csv(src: SourceFile) -> ParsedLog:
             record = {f"{names[i]}/{op}": vals[i] for op, (vals, present) in numeric.items() if present[i]}
             table.add_dict(step, record, rank=rank)
     else:
-        step_col = next((c for c in STEP_COLUMNS if c in columns), None)
+        step_col = _step_column(columns)
         values = [c for c in columns if c != step_col and not c.endswith(("__MIN", "__MAX"))]
         prefixes = {c.split(" - ", 1)[0] for c in values if " - " in c}
         names = {c: (c.split(" - ", 1)[1] if len(prefixes) == 1 and " - " in c else c) for c in values}
+        if set(MONITOR_COLUMNS) <= set(columns):
+            names.update(MONITOR_COLUMNS)
+            framework = "gym-monitor"
         if prefixes:
             fmt, framework = "wandb-csv", "wandb"
         numeric = {c: col for c in values if (col := _numeric(df[c])) is not None}
@@ -167,7 +191,7 @@ def _steps(column) -> list[int | None]:
 
 
 def sniff_csv(src: SourceFile) -> float:
-    lines = [l for l in src.head_lines(50) if l.strip()]
+    lines = [l for l in _without_comment_lines("\n".join(src.head_lines(50))).split("\n") if l.strip()]
     if len(lines) < 2:
         return 0.0
     sep = _dialect(src)
@@ -185,9 +209,9 @@ def sniff_csv(src: SourceFile) -> float:
     numeric = sum(1 for c in cells if not c.strip() or parse_number(c) is not None)
     if numeric < 0.5 * len(cells) or any(parse_number(h) is not None for h in header):
         return 0.0  # a header of names over mostly numeric cells, or it is not a table
-    if "vpp_stage" in header and "name" in header:
+    if ("vpp_stage" in header and "name" in header) or set(MONITOR_COLUMNS) <= set(header):
         return 0.9
-    if any(c in header for c in STEP_COLUMNS):
+    if _step_column(header) is not None:
         return 0.85
     return 0.4
 

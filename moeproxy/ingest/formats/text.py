@@ -55,6 +55,10 @@ STEP_NAME_VALUE = re.compile(r"^\s*(\d+)\s+([A-Za-z_][\w./\-]*)\s+(" + r"[-+]?(?
 SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": "val: loss",
               "validation": "val: loss", "eval": "eval: loss", "test": "test: loss"}
 EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*/\s*\d+\s*$", re.IGNORECASE)
+# a counter on a line of its own, perhaps framed (``********** Iteration 3 **********``, ``=== Step 200 ===``):
+# the ``key : value`` lines after it, one pair a line, are that step's record (Berkeley's RL homework logger)
+STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\s*=#~_-]*$",
+                         re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
@@ -226,8 +230,12 @@ def find_step(line: str) -> tuple[int, str] | None:
         return max(epoch - 1, 0) * per_epoch + it, line[: m.start()] + " , " + line[m.end():]
     m = TQDM.search(line)
     if m:
-        rest = line[m.end():]
-        return int(m.group(1)), rest
+        before, rest = line[: m.start()], line[m.end():]
+        if not (STEP.search(before) or EPOCH.search(before)):
+            return int(m.group(1)), rest
+        # a bar within an epoch or step that its description names (``Epoch: [7/400] Loss: nan: 100%|██| 469/469
+        # [06:54<00:00]``): that counter dates the record, not the bar's position
+        line = before + " , " + rest
     hit = _counter(STEP, line)
     if hit is not None:
         return hit
@@ -276,12 +284,16 @@ def parse_text(src: SourceFile) -> ParsedLog:
     skipped = 0
     entries: list[tuple[int, int | None, int, dict]] = []
     counts = [0, 0, 0]
-    header_epoch = None
+    header_epoch = header_step = None
     for _, raw in src.lines():
         line = _strip(raw)
         header = EPOCH_HEADER.match(line)
         if header:
             header_epoch = int(header.group(1))
+            continue
+        header = STEP_HEADER.match(line)
+        if header:
+            header_step = int(header.group(1))
             continue
         event = overflow_record(line)
         if event is not None:
@@ -298,6 +310,10 @@ def parse_text(src: SourceFile) -> ParsedLog:
                 entries.append((STEPPED, hit[0], rank_of(raw), record))
                 counts[STEPPED] += 1
                 continue
+        elif header_step is not None and (record := pairs_of_split(line)):
+            entries.append((STEPPED, header_step, rank_of(raw), record))
+            counts[STEPPED] += 1
+            continue
         elif not counts[STEPPED] and (epoch := find_epoch(line)):
             record = pairs_of_split(epoch[1])
             if record:
@@ -366,12 +382,18 @@ LOOK_PAST_RECORDS = 8
 def sniff_text(src: SourceFile) -> float:
     lines = [l for l in src.head_lines() if l.strip()]
     with_step = 0
+    header = False
     for raw in lines:
         # the first HEAD_BYTES of a line hold its step counter and first pairs: a record wider than
         # that (thousands of per-expert values) is judged by them, at the cost of a head, not of the line
         line = _strip(raw[:HEAD_BYTES])
+        if STEP_HEADER.match(line):
+            header = True
+            continue
         hit = find_step(line)
         if hit is not None and extract_pairs(hit[1]):
+            with_step += 1
+        elif hit is None and header and extract_pairs(line):
             with_step += 1
         elif hit is None and (epoch := find_epoch(line)) and extract_pairs(epoch[1]):
             with_step += 1
