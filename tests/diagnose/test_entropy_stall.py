@@ -35,3 +35,28 @@ def test_entropy_gone_while_the_reward_climbs_to_the_end_is_sharpening():
     res = diagnose_series(_run(lambda k: 3.6 + 3.0 * k / len(k)))  # still climbing as fast
     assert res["verdict"] == "healthy", res["findings"]
     assert any(f["rule"] == "entropy_drop_reward_rising" for f in res["findings"])
+
+
+def _critic(value_loss, reward):
+    steps = np.arange(100, 100 * (len(reward) + 1), 100)
+    return {"train/value_loss": pd.Series(value_loss, index=steps), "reward_mean": pd.Series(reward, index=steps),
+            "policy_entropy": pd.Series(np.linspace(1.6, 1.2, len(reward)), index=steps)}
+
+
+def test_a_value_loss_blowing_up_as_the_reward_falls_is_divergence():
+    n = 200
+    value_loss = np.full(n, 300.0) + np.random.default_rng(1).normal(0, 50, n)
+    value_loss[18:140] = 1e5 * (1 + np.arange(122) % 5)          # x300-1500 its early level, for long
+    reward = np.where(np.arange(n) < 18, -300.0, -5000.0)
+    reward[140:] = -400.0                                         # it recovers late: still a blow-up
+    res = diagnose_series(_critic(value_loss, reward))
+    assert res["verdict"] == "divergence" and res["onset_step"] == 1900, res["findings"]
+    assert res["findings"][0]["rule"] == "value_loss_blowup"
+
+
+def test_a_value_loss_growing_with_a_climbing_return_is_learning():
+    n = 200
+    reward = np.linspace(5, 200, n)
+    value_loss = 0.5 * (reward / 5) ** 2                            # the critic's error grows with the return's scale
+    res = diagnose_series(_critic(value_loss, reward))
+    assert not any(f["rule"] == "value_loss_blowup" for f in res["findings"]), res["findings"]

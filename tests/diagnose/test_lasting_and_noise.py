@@ -121,3 +121,16 @@ def test_an_intrinsic_exploration_reward_decaying_is_no_reward_part_collapse():
     rng = np.random.default_rng(6)
     res = diagnose_series({"ep_rew_mean": 100 + 5 * rng.random(n), "mean_int_reward": 0.08 * np.exp(-np.arange(n) / 10)})
     assert res["verdict"] == "healthy", res["findings"]
+
+
+def test_grad_norms_skipped_back_to_back_at_start_up_are_the_loss_scale_search():
+    # HF Trainer under fp16: the GradScaler's first steps overflow and are skipped (grad_norm nan),
+    # two of them in a row, one more a few steps later; the loss is finite and falls throughout
+    n = 120
+    grad = np.abs(np.random.default_rng(2).normal(1.0, 0.2, n))
+    loss = 4.3 * np.exp(-np.arange(n) / 30) + 0.4
+    grad[[0, 1, 5]] = np.nan
+    res = diagnose_series({"loss": loss, "grad_norm": grad})
+    assert res["verdict"] == "healthy", res["findings"]
+    grad[[60, 61]] = np.nan                                   # back to back mid-run: not start-up
+    assert diagnose_series({"loss": loss, "grad_norm": grad})["verdict"] == "overflow"

@@ -12,6 +12,8 @@ fp16 loss-scale search at start-up are ignored; RL policy losses (signed, near z
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -50,6 +52,7 @@ RULES = declare(DIVERGENCE, {
     "huge_spike": "one record 100x the median before it that does not come back",
     "grad_blowup": "grad norm 100x the run's median, repeatedly",
     "policy_loss_blowup": "an RL policy loss 100x its usual size, repeatedly (importance ratios blew up)",
+    "value_loss_blowup": "an RL critic's value loss 100x its usual size, repeatedly (the value function blew up)",
     "large_spike": "a 10x spike that came back within two records",
     "isolated_spike": "short spikes that came back (not divergence)",
     "spike_before_nonfinite": "the last finite record before a non-finite one stood out",
@@ -57,14 +60,20 @@ RULES = declare(DIVERGENCE, {
     "grad_rise_loss_falling": "grad norm rising while the loss keeps falling (not divergence)",
     "contradicted_by_validation": "a train-loss jump the validation loss does not show (printing artefact)",
     "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
-}, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup"),
+}, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup", "value_loss_blowup"),
    spike=("large_spike", "grad_excursion"),
    thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share", "rise_level_share", "rise_tail_share", "rise_recent_records"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor", "spike_recover_records", "spike_log_share"),
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
                "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
-               "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"), "contradicted_by_validation": ("validation_rise",)})
+               "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"),
+               "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records"),
+               "contradicted_by_validation": ("validation_rise",)})
+
+# an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
+VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic_loss|critic/vf_loss|loss/value|value loss|losses/value_loss)$",
+                        re.IGNORECASE)
 
 
 
@@ -447,4 +456,43 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                f"the size of the RL policy loss |{policy[0]}|", cfg.policy_loss_floor)
         if hit is not None:
             out.append(hit)
+    if rl:
+        for name, series in run.matching(lambda n: VALUE_LOSS.search(n) is not None):
+            hit = _value_loss_blowup(run, name, series, cfg)
+            if hit is not None:
+                out.append(hit)
+                break
     return out
+
+
+def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -> Finding | None:
+    """An RL critic's loss ``grad_blowup_factor`` times its early level (an untrained critic's error,
+    its usual high), repeatedly, with the reward falling as it does (if a reward is logged): the value
+    function blew up and took the policy with it. Its median is no yardstick: a critic that predicts a
+    steady return well sits near 0 and any change in the episodes is 1000x that; and a value loss that
+    grows with the return's scale while the reward climbs is learning."""
+    s = series[np.isfinite(series.to_numpy(dtype=float))]
+    vals = s.to_numpy(dtype=float)
+    if len(vals) < 2 * cfg.min_history:
+        return None
+    early = float(np.median(vals[:max(cfg.min_history, len(vals) // 10)]))
+    if early <= 0:
+        return None
+    big = np.flatnonzero(vals >= cfg.grad_blowup_factor * early)
+    if big.size < 2:
+        return None
+    first = int(s.index[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
+    reward = run.resolve("reward_mean")
+    fell = ""
+    if reward is not None:
+        r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
+        before, after = r[r.index < first].tail(10), r[r.index >= first].head(10)
+        if len(before) < 2 or len(after) < 2 or float(after.median()) >= float(before.median()):
+            return None
+        fell = f", while {reward[0]} fell from {ev.median_of(before)} to {ev.median_of(after)}"
+    top = int(big[int(np.argmax(vals[big]))])
+    return Finding(DIVERGENCE, first, CRITICAL, name, "value_loss_blowup",
+                   f"the value loss {name} reached {fmt(float(vals[top]))} at step {int(s.index[top])} "
+                   f"({fmt(float(vals[top]) / early)}x its early level, a median of {fmt(early)}); {big.size} records at "
+                   f"{fmt(cfg.grad_blowup_factor)}x or more, repeatedly from {ev.rec(s, first)}"
+                   + fell)

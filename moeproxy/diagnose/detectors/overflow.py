@@ -34,6 +34,7 @@ thresholds(
     loss_scale_collapse_halvings=(3, "halvings of the loss scale below its start-up search that make a collapse"),
     storm_records=(3, "consecutive iterations skipped for overflow after start-up: a storm"),
     skipped_share=(0.25, "non-finite grad norms on more records than this are no longer occasional"),
+    startup_skip_records=(5, "... back to back only within this many first records (a scaler's start-up search)"),
     converged_share=(0.01, "a loss already below this share of its median before it printed 0.0 converged"),
     zero_loss_records=(2, "a loss exactly 0 to the end after being positive, for this many records"),
 )
@@ -61,7 +62,7 @@ RULES = declare(OVERFLOW, {
    thresholds={"saturated_value": ("saturation_abs", "fp16_max", "tie_records"),
                "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
-               "nonfinite_value": ("skipped_share",), "lone_nonfinite": ("tie_records",), "nonfinite_lasting": ("tie_records", "large_spike"), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
+               "nonfinite_value": ("skipped_share", "startup_skip_records"), "lone_nonfinite": ("tie_records",), "nonfinite_lasting": ("tie_records", "large_spike"), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
 
@@ -282,7 +283,9 @@ def _skipped_steps(grad: np.ndarray, run: RunSeries, cfg: DiagnoseConfig) -> boo
     trainer that drops non-finite steps), not applied - when training goes on after them (a norm
     frozen at one value from the first non-finite record on is no skipped step)."""
     bad = ~np.isfinite(grad)
-    if not bad.any() or bad[-1] or bad.mean() > cfg.skipped_share or (bad[:-1] & bad[1:]).any():
+    # back to back only in the first records: a scaler's start-up search skips several steps in a row
+    together = np.flatnonzero(bad[:-1] & bad[1:])
+    if not bad.any() or bad[-1] or bad.mean() > cfg.skipped_share or (together >= cfg.startup_skip_records).any():
         return False
     after = grad[int(np.flatnonzero(bad)[0]) + 1:]
     if np.ptp(after[np.isfinite(after)]) == 0:
