@@ -186,3 +186,53 @@ def test_small_appends_stay_in_the_catalog_until_compaction_writes_them_out(tmp_
     assert store.runs().set_index("run").loc["job", "rows"] == 100
     out = _moeproxy(capsys, "store", "compact", "--db", catalog, "--keep-minutes", "0")
     assert "data files" in out
+
+
+def test_a_watchers_positions_are_versions_on_a_catalog_and_every_read_takes_the_latest(postgres, tmp_path):
+    """On a catalog a watcher's cycle appends a new version of its source's totals and file position
+    (two UPDATEs of one table conflict in DuckLake, whatever the rows: sixteen watchers kept failing
+    each other's commits); every read takes the latest, a restart resumes from it, a copy to a file
+    store carries one row each, and compaction drops the versions a later one replaced."""
+    import io
+
+    from moeproxy.watch import WatchConfig, Watcher
+
+    catalog, data = postgres("versions"), tmp_path / "parquet"
+    log = tmp_path / "job" / "metrics.jsonl"
+    log.parent.mkdir()
+
+    def watcher():
+        w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60), Store(catalog, data_path=str(data)),
+                    io.StringIO(), io.StringIO())
+        w.start()
+        return w
+
+    w = watcher()
+    for second in range(6):
+        with open(log, "a") as fh:
+            fh.write("".join(f'{{"step": {s}, "loss": {3.0 - s / 100}}}\n' for s in range(second * 5 + 1, second * 5 + 6)))
+        w.cycle()
+    w.close()
+    store = Store(catalog, data_path=str(data))
+    with store.read() as con:
+        versions = con.execute("SELECT count(*) FROM sources").fetchone()[0]
+    assert versions >= 5, "each cycle appended its totals"
+    (pos,) = store.watch_positions()
+    assert pos["position"] == log.stat().st_size and pos["rows"] == 30
+    assert store.runs_overview().set_index("run").loc["job", "rows"] == 30
+    with open(log, "a") as fh:  # a restart resumes from the latest position: nothing read twice
+        fh.write('{"step": 31, "loss": 2.69}\n')
+    w = watcher()
+    w.cycle()
+    w.close()
+    assert store.runs().set_index("run").loc["job", "rows"] == 31
+    copy = Store(tmp_path / "copy.duckdb")
+    from moeproxy.store.copy import copy_store
+
+    copy_store(store, copy)
+    assert len(copy.watch_positions()) == 1 and copy.runs().set_index("run").loc["job", "rows"] == 31
+    store.compact(keep_minutes=0)
+    with store.read() as con:
+        assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM watch_files").fetchone()[0] == 1
+    assert store.watch_positions()[0]["position"] == log.stat().st_size

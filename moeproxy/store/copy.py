@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from moeproxy.errors import InputError
+from moeproxy.store.schema import LATEST
 
 # every table, parents first; meta is the destination's own (its schema version, its data version)
 TABLES = ("runs", "sources", "metric_names", "scalars", "routing", "findings", "watch_files", "alerts")
@@ -26,7 +27,8 @@ def _columns(con, table: str) -> list[str]:
 
 def _counts(store) -> dict[str, int]:
     with store.read() as con:
-        return {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}
+        # a catalog's watched sources and positions are versioned: the latest version of each is the row
+        return {t: int(con.execute(f"SELECT count(*) FROM {LATEST.get(t, t)}").fetchone()[0]) for t in TABLES}
 
 
 def copy_store(src, dst, progress: Callable[[str], None] | None = None) -> dict[str, int]:
@@ -44,7 +46,7 @@ def copy_store(src, dst, progress: Callable[[str], None] | None = None) -> dict[
             columns = [c for c in _columns(con, table) if c in source_columns]
             if expected[table] == 0:
                 continue
-            reader = scon.execute(f"SELECT {', '.join(columns)} FROM {table}").fetch_record_batch(BATCH_ROWS)
+            reader = scon.execute(f"SELECT {', '.join(columns)} FROM {LATEST.get(table, table)} t").fetch_record_batch(BATCH_ROWS)
             done = 0
             for batch in reader:
                 con.register("copied_batch", batch)

@@ -46,7 +46,8 @@ from moeproxy.errors import InputError, NotFound, StoreBusy, StoreUnavailable, W
 from moeproxy.lazy import LazyModule
 
 from moeproxy.store import lake
-from moeproxy.store.schema import SCHEMA_VERSION, TABLES, _SCHEMA, catalog_file, default_db_path, is_catalog
+from moeproxy.store.schema import (LATEST_SOURCES, LATEST_WATCH_FILES, SCHEMA_VERSION, TABLES, _SCHEMA, catalog_file,
+                                   default_db_path, is_catalog)
 from moeproxy.store.series import series_sql
 from moeproxy.store.write import Transaction, _first
 
@@ -169,8 +170,10 @@ class Store:
         def connect():
             deadline = time.monotonic() + self.lock_timeout
             while True:
+                # (no progress bar: a slow catalog read would draw one on the dashboard's or watcher's terminal)
                 con = duckdb.connect()
                 try:
+                    con.execute("SET enable_progress_bar = false")
                     lake.load_extensions(con, self.catalog)
                     lake.attach(con, self.catalog, self.data_path)
                     return con
@@ -376,7 +379,9 @@ class Store:
                     except duckdb.Error:  # a transaction DuckDB already aborted (disk full): nothing to undo
                         pass
                     raise
-                con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
+                if self.catalog is None:  # (a catalog's version is its snapshot: an UPDATE here would make
+                    # every two writers conflict; the id allocation bumps it there, see Transaction._next_ids)
+                    con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
                 con.execute("COMMIT")
             finally:
                 con.close()
@@ -400,6 +405,12 @@ class Store:
             con = self._open()
             try:
                 before = lake.data_files(con)
+                # the versions of watched sources and positions that a later one replaced
+                con.execute("BEGIN TRANSACTION")
+                for table, stamp in (("sources", "ingested_at"), ("watch_files", "updated_at")):
+                    con.execute(f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM {table} AS newer WHERE "
+                                f"newer.source_id = {table}.source_id AND newer.{stamp} > {table}.{stamp})")
+                con.execute("COMMIT")
                 lake.compact(con, keep_minutes)
                 return {"files_before": before, "files_after": lake.data_files(con)}
             finally:
@@ -407,7 +418,10 @@ class Store:
 
     # -- queries -------------------------------------------------------------------------
     def data_version(self) -> int:
+        """A number that changes with every write: the file store's counter, a catalog's snapshot id."""
         with self.read() as con:
+            if self.catalog is not None:
+                return int(_first(con.execute(f"SELECT id FROM {lake.ALIAS}.current_snapshot()"))[0])
             return int(_first(con.execute("SELECT value FROM meta WHERE key='data_version'"))[0])
 
     def runs(self) -> pd.DataFrame:
@@ -453,7 +467,7 @@ class Store:
             run_id = self._run_id(con, run)
             info["sources"] = con.execute(
                 "SELECT path, sha256, format, framework, rows, steps, metrics, nonfinite, attempts, skipped_lines, "
-                "step_from_index, ingested_at, bytes FROM sources WHERE run_id = ? ORDER BY source_id", [run_id]
+                "step_from_index, ingested_at, bytes FROM " + LATEST_SOURCES + " WHERE run_id = ? ORDER BY source_id", [run_id]
             ).df().to_dict("records")
             meta = _first(con.execute("SELECT meta FROM runs WHERE run_id = ?", [run_id]))[0]
         info["meta"] = json.loads(meta) if meta else {}
@@ -594,8 +608,8 @@ class Store:
         with self.read() as con:
             return con.execute(
                 "SELECT w.*, r.name AS run, s.sha256, s.rows, s.steps, s.metrics, s.nonfinite, s.attempts, "
-                "s.skipped_lines FROM watch_files w JOIN runs r USING (run_id) "
-                "JOIN sources s USING (source_id) ORDER BY w.source_id").df().to_dict("records")
+                f"s.skipped_lines FROM {LATEST_WATCH_FILES} w JOIN runs r USING (run_id) "
+                f"JOIN {LATEST_SOURCES} s USING (source_id) ORDER BY w.source_id").df().to_dict("records")
 
     def alerts(self, run: str | None = None, since: datetime | None = None) -> list[dict]:
         """The alerts raised (the JSON objects, oldest first), of one run or of all; with ``since``,
@@ -674,7 +688,7 @@ class Store:
             return con.execute(
                 f"""
                 WITH s AS (SELECT run_id, max(steps) AS steps, sum(rows) AS rows, sum(nonfinite) AS nonfinite,
-                                  max(attempts) AS attempts FROM sources GROUP BY run_id),
+                                  max(attempts) AS attempts FROM {LATEST_SOURCES} GROUP BY run_id),
                 m AS (SELECT run_id, count(DISTINCT metric) AS metrics FROM metric_names GROUP BY run_id),
                 {_LATEST_FINDING}
                 SELECT {_RUN_COLUMNS.format(metrics="m.metrics")}, f.verdict, f.onset_step, r.created_at

@@ -175,7 +175,7 @@ SERIES_INDEX_MIN_ROWS = 1_000_000  # smaller runs read fast enough without it
 
 def _series_ranges(con, store: Store, run_id: int) -> dict[str, tuple[int, int, int]]:
     """metric -> (first row id, last row id, rows) of one run; empty for small or in-memory stores."""
-    if store.path is None:
+    if store.path is None or store.catalog is not None:  # (a catalog's rowids are no row order to index by)
         return {}
     version = con.execute("SELECT value FROM meta WHERE key = 'data_version'").fetchall()[0][0]
     key = (str(store.path), version, run_id)

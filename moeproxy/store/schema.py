@@ -12,6 +12,16 @@ SCHEMA_VERSION = 3  # 2: attempt INTEGER (was SMALLINT: 32,767 restarts), source
 ATTEMPT_MAX = 2**31 - 1
 TABLES = ("meta", "runs", "sources", "metric_names", "scalars", "routing", "findings", "watch_files", "alerts")
 
+# A watched file's running totals (``sources``) and position (``watch_files``) change every cycle. On a
+# file store they are updated in place; on a DuckLake catalog each cycle appends a new version of the
+# row instead (two transactions that UPDATE one table conflict there, whatever the rows: many watchers
+# would keep failing each other's commits), and readers take the latest version of each source.
+LATEST_SOURCES = ("(SELECT * FROM sources QUALIFY row_number() OVER "
+                  "(PARTITION BY source_id ORDER BY ingested_at DESC NULLS LAST) = 1)")
+LATEST_WATCH_FILES = ("(SELECT * FROM watch_files QUALIFY row_number() OVER "
+                      "(PARTITION BY source_id ORDER BY updated_at DESC NULLS LAST) = 1)")
+LATEST = {"sources": LATEST_SOURCES, "watch_files": LATEST_WATCH_FILES}
+
 _SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
 CREATE SEQUENCE IF NOT EXISTS source_id_seq START 1;

@@ -14,7 +14,7 @@ from moeproxy.contracts import ROLES
 from moeproxy.errors import InputError, NotFound
 from moeproxy.lazy import LazyModule
 
-from moeproxy.store.schema import ATTEMPT_MAX
+from moeproxy.store.schema import ATTEMPT_MAX, LATEST
 
 pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no pandas
 
@@ -34,6 +34,9 @@ def _first(result):
 def _metric_array(rows: Columns) -> pa.Array:
     """The metric-name column of rows as a dictionary-encoded Arrow array."""
     return pa.DictionaryArray.from_arrays(arrow_array(rows.code), arrow_strings(rows.names))
+
+
+SOURCE_TOTALS = ("source_id", "sha256", "rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines", "bytes")
 
 
 class Transaction:
@@ -93,6 +96,9 @@ class Transaction:
         if not self.sequences:
             table, column = self._ID_OF[sequence]
             top = int(_first(self.con.execute(f"SELECT coalesce(max({column}), 0) FROM {table}"))[0])
+            # two writers taking the same free ids must conflict at commit (DuckLake: both UPDATE meta),
+            # while writers that only append rows do not
+            self.con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
             return list(range(top + 1, top + 1 + n))
         return sorted(int(r[0]) for r in self.con.execute(f"SELECT nextval('{sequence}') FROM range(?)", [n]).fetchall())
 
@@ -198,9 +204,7 @@ class Transaction:
 
     def update_source(self, source_id: int, totals: dict) -> None:
         """The running totals of a source that grows (a watched file): rows, steps, sha256, bytes..."""
-        columns = ("sha256", "rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines", "bytes")
-        self.con.execute(f"UPDATE sources SET {', '.join(f'{c} = ?' for c in columns)}, ingested_at = ? "
-                         "WHERE source_id = ?", [totals[c] for c in columns] + [_now(), source_id])
+        self._update("sources", [{**totals, "source_id": source_id}], SOURCE_TOTALS, stamp="ingested_at")
 
     def save_watch_position(self, position: dict, new: bool) -> None:
         """How far a watched file was read (stored with the rows read up to there); ``new``: the
@@ -211,8 +215,7 @@ class Transaction:
             self.con.execute(f"INSERT INTO watch_files ({', '.join(columns)}, updated_at, source_id) "
                              f"VALUES ({', '.join('?' * len(values))})", values)
         else:
-            self.con.execute(f"UPDATE watch_files SET {', '.join(f'{c} = ?' for c in columns)}, updated_at = ? "
-                             "WHERE source_id = ?", values)
+            self._update("watch_files", [position], ("source_id", *columns), stamp="updated_at")
 
     def add_source(self, run_id: int, summary: dict) -> int:
         source_id = self._next_ids("source_id_seq", 1)[0]
@@ -290,14 +293,22 @@ class Transaction:
 
     def update_watched(self, totals: list[dict], positions: list[dict]) -> None:
         """Sources' running totals and watched files' positions (rows that exist), two statements."""
-        self._update("sources", totals, ("source_id", "sha256", "rows", "steps", "metrics", "nonfinite", "attempts",
-                                         "skipped_lines", "bytes"), stamp="ingested_at")
+        self._update("sources", totals, SOURCE_TOTALS, stamp="ingested_at")
         self._update("watch_files", positions, ("source_id", "path", "device", "inode", "position", "lines",
                                                 "index_base"), stamp="updated_at")
 
     def _update(self, table: str, rows: list[dict], columns: tuple[str, ...], stamp: str) -> None:
         """One UPDATE of ``table``'s rows matched on ``columns[0]``: the other columns from ``rows``, and
-        ``stamp`` set to now."""
+        ``stamp`` set to now. On a catalog, a new version of each row is appended instead (readers take
+        the latest: ``schema.LATEST``), so that writers of different sources never conflict."""
+        if rows and not self.sequences:
+            key = columns[0]
+            order = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+            picks = ", ".join("?" if c == stamp else (f"n.{c}" if c in columns[1:] else f"s.{c}") for c in order)
+            self._run_with("new_values", pa.table({c: [r[c] for r in rows] for c in columns}),
+                           f"INSERT INTO {table} SELECT {picks} FROM {LATEST[table]} s JOIN new_values n "
+                           f"USING ({key})", [_now()])
+            return
         if rows:
             key, sets = columns[0], ", ".join(f"{c} = n.{c}" for c in columns[1:])
             self._run_with("new_values", pa.table({c: [r[c] for r in rows] for c in columns}),
