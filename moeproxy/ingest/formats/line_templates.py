@@ -25,6 +25,7 @@ from moeproxy.ingest.table import LogTable
 
 SLOT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w])[-+]?(?:nan|inf)(?![\w])",
                   re.IGNORECASE)
+SLOT_SPLIT = re.compile(f"({SLOT.pattern})", re.IGNORECASE)
 WORD = re.compile(r"[A-Za-z_][\w./\-]*[A-Za-z_\d]|[A-Za-z_]")
 COUNTER = re.compile(r"^(?:global_?step|step|iter(?:ation)?|it|batch|update|epoch)s?$", re.IGNORECASE)
 MIN_RECORDS = 5
@@ -39,10 +40,10 @@ def _split(line: str) -> tuple[str, list[str], list[str]] | None:
     """(template, the literal texts between slots, the slots' texts), or None for a line without numbers."""
     if len(line) > MAX_LINE:
         return None
-    parts = SLOT.split(line)
-    values = SLOT.findall(line)
-    if not values:
+    pieces = SLOT_SPLIT.split(line)  # one pass: the texts at even places, the slots at odd ones
+    if len(pieces) < 2:
         return None
+    parts, values = pieces[0::2], pieces[1::2]
     return "#".join(p.strip() for p in parts), parts, values
 
 
