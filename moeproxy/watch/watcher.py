@@ -31,6 +31,7 @@ step), else at most every ``diagnose_every`` seconds (slow trends); and once at 
 from __future__ import annotations
 
 import os
+import random
 import resource
 import shutil
 import stat
@@ -45,7 +46,7 @@ import numpy as np
 from moeproxy.columns import Columns
 
 from moeproxy.contracts import ROLES
-from moeproxy.errors import InputError, StoreBusy, StoreUnavailable
+from moeproxy.errors import InputError, StoreBusy, StoreUnavailable, WriteConflict
 from moeproxy.ingest import default_run_name, rows_to_store
 from moeproxy.terminal import shown
 from moeproxy.watch.alerts import AlertSink, next_alert
@@ -53,6 +54,8 @@ from moeproxy.watch.claims import Claims
 from moeproxy.watch.follow import Chunk, FileGone, FollowedFile, FollowError, OpenFiles
 from moeproxy.watch.outputs import OwnFiles, check_alerts_path
 from moeproxy.watch.webhook import redact_url
+
+COMMIT_ATTEMPTS = 5  # a DuckLake catalog's commit lost to another writer's: written again at once, this many times
 
 
 @dataclass
@@ -211,12 +214,21 @@ class Watcher:
         self._scan()
         chunks = self._read()  # files are read and parsed before the store is opened
         try:
-            with self.store.held():  # one open of the file for the rows and the series to diagnose
-                opened = time.monotonic()
-                for chunk, result in self._store(chunks) if chunks else []:
-                    self._committed(chunk, result, report)
-                frames = self._frames_due()
-                report.held_s = time.monotonic() - opened
+            for attempt in range(COMMIT_ATTEMPTS):
+                try:
+                    with self.store.held():  # one open of the file for the rows and the series to diagnose
+                        opened = time.monotonic()
+                        for chunk, result in self._store(chunks) if chunks else []:
+                            self._committed(chunk, result, report)
+                        frames = self._frames_due()
+                        report.held_s = time.monotonic() - opened
+                    break
+                except WriteConflict:
+                    # a catalog's commit lost to another writer's: nothing of it was stored and the chunks
+                    # are still in hand, so it is written again now rather than at the next cycle
+                    if attempt == COMMIT_ATTEMPTS - 1:
+                        raise
+                    time.sleep((0.02 + 0.08 * random.random()) * 2 ** attempt)
         except StoreBusy as exc:
             self.say(f"moeproxy watch: {exc}; trying again", err=True)
             return report
