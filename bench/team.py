@@ -17,7 +17,7 @@ Printed per store and N:
 - files on disk under the store (the DuckDB file and its WAL; the catalog's Parquet files), before
   and after ``moeproxy store compact``.
 
-Usage: python bench/team.py [--watchers 1 4 16] [--rate 5] [--metrics 20] [--seconds 45] [--kill]
+Usage: python bench/team.py [--watchers 1 4 16] [--rate 5] [--metrics 20] [--seconds 50] [--kill]
        [--stores file catalog]
 Figures only; nothing here is asserted. The catalog needs the ``team`` extra and PostgreSQL.
 """
@@ -199,7 +199,7 @@ def main() -> int:
     ap.add_argument("--watchers", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second per run")
     ap.add_argument("--metrics", type=int, default=20)
-    ap.add_argument("--seconds", type=float, default=45.0, help="how long the jobs write")
+    ap.add_argument("--seconds", type=float, default=50.0, help="how long the jobs write")
     ap.add_argument("--kill", action="store_true", help="SIGKILL run 0's watcher half-way and restart it")
     ap.add_argument("--stores", nargs="+", choices=["file", "catalog"], default=["file", "catalog"])
     ap.add_argument("--json", metavar="FILE", help="also write every figure to this JSON file")

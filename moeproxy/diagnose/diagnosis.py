@@ -19,6 +19,7 @@ from moeproxy.diagnose.catalog import all_detectors
 from moeproxy.diagnose.semantics import read_data
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
+from moeproxy.vocabulary import STEP_KEYS
 from moeproxy.diagnose.rules import label_of
 from moeproxy.diagnose.verdict import (alternatives, causal_choice, demote_symptoms, order_findings,
                                        promote_damaging_spikes, tie_window)
@@ -78,8 +79,6 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
 def _other_counters(run: RunSeries) -> dict:
     """name -> (step -> that counter's value at the step) for each series whose name is a step key
     of the vocabulary and whose values only grow: counters the log carries beside its step."""
-    from moeproxy.vocabulary import STEP_KEYS
-
     keys = {k.lower() for k in STEP_KEYS}
     out = {}
     for name, series in run.matching(lambda n: n.lower() in keys):

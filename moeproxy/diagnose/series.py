@@ -139,7 +139,13 @@ class RunSeries:
         if gained is None:
             return None
         name, gain, noise = gained
-        return gained if gain > max(3 * noise, 0.02 * max(abs(float(self.get(name).max())), 1e-9)) else None
+        return gained if gain > climb_margin(float(self.get(name).max()), noise) else None
 
     def matching(self, predicate) -> Iterable[tuple[str, pd.Series]]:
         return [(n, s) for n, s in self._series.items() if predicate(n)]
+
+
+def climb_margin(top: float, noise: float) -> float:
+    """The least gain that is a reward still climbing: over three noise widths and over 2 % of its
+    largest value ``top``."""
+    return max(3 * noise, 0.02 * max(abs(top), 1e-9))

@@ -46,7 +46,7 @@ from moeproxy.errors import InputError, NotFound, StoreBusy, StoreUnavailable, W
 from moeproxy.lazy import LazyModule
 
 from moeproxy.store import lake
-from moeproxy.store.schema import (LATEST_SOURCES, LATEST_WATCH_FILES, SCHEMA_VERSION, TABLES, _SCHEMA, catalog_file,
+from moeproxy.store.schema import (BUMP_DATA_VERSION, LATEST_SOURCES, LATEST_WATCH_FILES, SCHEMA_VERSION, TABLES, _SCHEMA, catalog_file,
                                    default_db_path, is_catalog)
 from moeproxy.store.series import series_sql
 from moeproxy.store.write import Transaction, _first
@@ -381,7 +381,7 @@ class Store:
                     raise
                 if self.catalog is None:  # (a catalog's version is its snapshot: an UPDATE here would make
                     # every two writers conflict; the id allocation bumps it there, see Transaction._next_ids)
-                    con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
+                    con.execute(BUMP_DATA_VERSION)
                 con.execute("COMMIT")
             finally:
                 con.close()

@@ -21,6 +21,8 @@ LATEST_SOURCES = ("(SELECT * FROM sources QUALIFY row_number() OVER "
 LATEST_WATCH_FILES = ("(SELECT * FROM watch_files QUALIFY row_number() OVER "
                       "(PARTITION BY source_id ORDER BY updated_at DESC NULLS LAST) = 1)")
 LATEST = {"sources": LATEST_SOURCES, "watch_files": LATEST_WATCH_FILES}
+# every write of a file store; on a catalog only a write that takes new ids (see Transaction._next_ids)
+BUMP_DATA_VERSION = "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'"
 
 _SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;

@@ -14,7 +14,7 @@ from moeproxy.contracts import ROLES
 from moeproxy.errors import InputError, NotFound
 from moeproxy.lazy import LazyModule
 
-from moeproxy.store.schema import ATTEMPT_MAX, LATEST
+from moeproxy.store.schema import ATTEMPT_MAX, BUMP_DATA_VERSION, LATEST
 
 pd = LazyModule("pandas")  # imported on first use: storing parsed rows needs no pandas
 
@@ -36,6 +36,7 @@ def _metric_array(rows: Columns) -> pa.Array:
     return pa.DictionaryArray.from_arrays(arrow_array(rows.code), arrow_strings(rows.names))
 
 
+_COLUMN_ORDER: dict[str, list[str]] = {}  # a versioned table's columns (the schema's, fixed)
 SOURCE_TOTALS = ("source_id", "sha256", "rows", "steps", "metrics", "nonfinite", "attempts", "skipped_lines", "bytes")
 
 
@@ -98,7 +99,7 @@ class Transaction:
             top = int(_first(self.con.execute(f"SELECT coalesce(max({column}), 0) FROM {table}"))[0])
             # two writers taking the same free ids must conflict at commit (DuckLake: both UPDATE meta),
             # while writers that only append rows do not
-            self.con.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key='data_version'")
+            self.con.execute(BUMP_DATA_VERSION)
             return list(range(top + 1, top + 1 + n))
         return sorted(int(r[0]) for r in self.con.execute(f"SELECT nextval('{sequence}') FROM range(?)", [n]).fetchall())
 
@@ -202,10 +203,6 @@ class Transaction:
                          [run_id, alert["verdict"], alert.get("onset_step"), _now(),
                           json.dumps(alert, allow_nan=False, default=str)])
 
-    def update_source(self, source_id: int, totals: dict) -> None:
-        """The running totals of a source that grows (a watched file): rows, steps, sha256, bytes..."""
-        self._update("sources", [{**totals, "source_id": source_id}], SOURCE_TOTALS, stamp="ingested_at")
-
     def save_watch_position(self, position: dict, new: bool) -> None:
         """How far a watched file was read (stored with the rows read up to there); ``new``: the
         file's first position."""
@@ -303,7 +300,8 @@ class Transaction:
         the latest: ``schema.LATEST``), so that writers of different sources never conflict."""
         if rows and not self.sequences:
             key = columns[0]
-            order = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+            order = _COLUMN_ORDER.get(table) or _COLUMN_ORDER.setdefault(
+                table, [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()])
             picks = ", ".join("?" if c == stamp else (f"n.{c}" if c in columns[1:] else f"s.{c}") for c in order)
             self._run_with("new_values", pa.table({c: [r[c] for r in rows] for c in columns}),
                            f"INSERT INTO {table} SELECT {picks} FROM {LATEST[table]} s JOIN new_values n "

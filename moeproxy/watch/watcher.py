@@ -475,7 +475,10 @@ class Watcher:
         named, its file no longer followed, and the others stored without it)."""
         try:
             with self.store.write() as tx:
-                return _Batch(self, tx).store(chunks)
+                batch = _Batch(self, tx)
+                results = batch.store(chunks)
+            self.roled |= batch.roled  # (only once committed: a lost commit sets them again)
+            return results
         except StoreUnavailable:
             raise  # not the chunk's fault: no file is let go
         except InputError as exc:
@@ -584,6 +587,7 @@ class _Batch:
         self.parts: list[tuple[int, int, object]] = []
         self.totals: list[dict] = []
         self.positions: list[dict] = []
+        self.roled: set[str] = set()
 
     def store(self, chunks: list[Chunk]) -> list[tuple[Chunk, dict | None]]:
         config, tx = self.watcher.config, self.tx
@@ -592,9 +596,9 @@ class _Batch:
         known = tx.run_ids(names) if names else {}
         for c in wanted:  # new runs, and a role or proxy given on the command line, once per session
             run = c.file.run
-            if run not in known or (run not in self.watcher.roled and (config.role != "other" or config.proxy_of)):
+            if run not in known or (run not in (self.watcher.roled | self.roled) and (config.role != "other" or config.proxy_of)):
                 known[run] = tx.ensure_run(run, config.role, config.proxy_of, c.parsed.framework, c.file.format)
-            self.watcher.roled.add(run)
+            self.roled.add(run)
         ids = sorted(set(known.values()))
         self.mappings = tx.metric_mappings(ids) if ids else {}
         self.extents = tx.run_extents(ids) if ids else {}
@@ -639,8 +643,7 @@ class _Batch:
             self.parts.append((run_id, source_id, frame))
             self.pending_runs.add(run_id)
             tx.add_routing(run_id, source_id, routing)
-        if f.source_id is None:
-            tx.update_source(source_id, record)
+        if f.source_id is None:  # (add_source stored its totals)
             tx.save_watch_position(position, new=True)
         else:
             self.totals.append(record | {"source_id": source_id})

@@ -43,6 +43,8 @@ thresholds(
     large_spike=(10.0, "Megatron's SPIKY_LOSS_FACTOR: a spike that may have done damage"),
     huge_spike=(100.0, "a record this many times the median before it: a blow-up on sight"),
     zero_advantage=(0.01, "RL grad norms below this share of the usual level: equal-reward groups"),
+    value_loss_reward_records=(10, "a value-loss blow-up counts when the reward over this many records from it "
+                                   "is below that over as many before it"),
 )
 
 RULES = declare(DIVERGENCE, {
@@ -68,11 +70,11 @@ RULES = declare(DIVERGENCE, {
                "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"),
-               "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records"),
+               "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "value_loss_reward_records"),
                "contradicted_by_validation": ("validation_rise",)})
 
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
-VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic_loss|critic/vf_loss|loss/value|value loss|losses/value_loss)$",
+VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic_loss|loss/value|value loss)$",
                         re.IGNORECASE)
 
 
@@ -486,7 +488,8 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     fell = ""
     if reward is not None:
         r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
-        before, after = r[r.index < first].tail(10), r[r.index >= first].head(10)
+        k = cfg.value_loss_reward_records
+        before, after = r[r.index < first].tail(k), r[r.index >= first].head(k)
         if len(before) < 2 or len(after) < 2 or float(after.median()) >= float(before.median()):
             return None
         fell = f", while {reward[0]} fell from {ev.median_of(before)} to {ev.median_of(after)}"

@@ -17,7 +17,7 @@ from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
-from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -185,7 +185,7 @@ def _reward_stalls_from(run: RunSeries, rname: str, after: int, noise: float, cf
     early = float(np.median(vals[:max(2, n // 50)]))  # its first records: a plateau can fill most of the run
     rise = float(np.quantile(vals, 0.95) - min(np.quantile(vals, 0.05), early))  # the range it moved over
     window = max(3, n // 100)  # the reward's level at a record: a few records from it
-    allowed = max(3 * noise, 0.02 * max(abs(float(np.max(vals))), 1e-9), cfg.entropy_stall_share * max(rise, 0.0))
+    allowed = max(climb_margin(float(np.max(vals)), noise), cfg.entropy_stall_share * max(rise, 0.0))
     for i in range(first, n - span + 1, max(1, n // 100)):
         rest = vals[i:]
         gain = float(np.median(rest[-max(1, len(rest) // 4):]) - np.median(rest[:window]))

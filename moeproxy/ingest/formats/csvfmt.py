@@ -29,6 +29,7 @@ STEP_COLUMNS = STEP_KEYS  # the vocabulary's one list (it knows training/global_
 # Gym / Stable-Baselines3's Monitor file (``monitor.csv``): a ``#{"t_start": ...}`` line, then one row
 # per episode of its return, length and wall time
 MONITOR_COLUMNS = {"r": "episode_return", "l": "episode_length", "t": "time"}
+RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def _step_column(columns: list[str]) -> str | None:
@@ -47,7 +48,6 @@ def _without_comment_lines(text: str) -> str:
             and lines[cut].count(",") != lines[cut + 1].count(","):
         cut += 1
     return text if cut == 0 else text.split("\n", cut)[cut]
-RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def _dialect(src: SourceFile) -> str:
