@@ -16,6 +16,7 @@ from moeproxy.vocabulary import ALIASES, LAYER_PREFIX
 
 # Prefixes that W&B/TensorBoard exports put in front of a framework's own names.
 _PREFIXES = ("train/", "train_", "training/")
+_PER_STEP_SUFFIX = "_step"
 
 _PER_LAYER_ENTROPY = re.compile(
     r"^(?:train/)?(?:moe/)?(?:routing|router)_entropy[/_]?layer[_/]?(\d+)$", re.IGNORECASE
@@ -43,6 +44,12 @@ def canonical_of(original: str) -> tuple[str, int] | None:
         if original.startswith(prefix) and original[len(prefix):] in _LOOKUP:
             canon, rank = _LOOKUP[original[len(prefix):]]
             return canon, rank + 100  # an exact name beats a prefixed one
+    if original.endswith(_PER_STEP_SUFFIX) and len(original) > len(_PER_STEP_SUFFIX):
+        # PyTorch Lightning logs a metric kept both per step and per epoch as ``<name>_step`` and
+        # ``<name>_epoch``: the per-step copy is the metric (the epoch one is its mean, kept as is)
+        hit = canonical_of(original[: -len(_PER_STEP_SUFFIX)])
+        if hit is not None and not hit[0].startswith(LAYER_PREFIX):
+            return hit[0], hit[1] + 300
     return _after_run_prefix(original)
 
 

@@ -222,3 +222,20 @@ def test_a_step_column_is_found_in_any_case_and_rllab_returns_are_the_reward(tmp
     wide = _wide(parsed)
     assert list(wide.index)[:3] == [0, 10, 20] and wide.loc[30, "AverageReturn"] == 8.0
     assert canonical_of("AverageReturn")[0] == "reward_mean"
+
+
+def test_a_lightning_per_step_copy_is_the_metric_and_its_epoch_mean_is_not(tmp_path):
+    # PyTorch Lightning logs a metric kept per step and per epoch as <name>_step and <name>_epoch
+    assert canonical_of("train_loss_step")[0] == "loss"
+    assert canonical_of("train_loss_epoch") is None
+    assert canonical_of("val_loss_step") is None            # a validation loss stays a validation loss
+    log = tmp_path / "metrics.csv"
+    log.write_text("epoch,step,train_loss_epoch,train_loss_step,val_loss\n"
+                   + "".join(f"0,{49 + 50 * i},,{7.6 - 0.01 * i:.3f},\n" for i in range(8))
+                   + "0,399,7.55,,7.58\n")
+    from moeproxy.ingest.names import resolve_names
+
+    wide = _wide(parse_file(log))
+    assert wide.loc[99, "train_loss_step"] == 7.59
+    stored = resolve_names(list(wide.columns))
+    assert stored["train_loss_step"] == "loss" and stored["train_loss_epoch"] == "train_loss_epoch"
