@@ -104,6 +104,19 @@ class RunSeries:
                 return name, s
         return None
 
+    def resolve_reward(self) -> tuple[str, pd.Series] | None:
+        """The training reward, else an evaluation reward (``eval/mean_reward``: Stable-Baselines3's
+        EvalCallback; LABELS.md reads an evaluation reward as the reward when no other is logged)."""
+        found = self.resolve("reward_mean")
+        if found is not None:
+            return found
+        rewards = {name.lower() for name in (ALIASES["reward_mean"])}
+        for name, s in self._series.items():
+            head, _, rest = name.partition("/")
+            if head in ("eval", "val") and rest.lower() in rewards:
+                return name, s
+        return None
+
     @property
     def is_rl(self) -> bool:
         """An RL run (reward, policy entropy or new-vs-old KL logged): its loss is a signed policy
@@ -118,8 +131,9 @@ class RunSeries:
     def reward_gain_after(self, step) -> tuple[str, float, float] | None:
         """(name, gain from ``step`` to the end, noise sigma) of the reward, or None if not logged
         (or fewer than four records after ``step``): the gain is the median of the last quarter of
-        the records from ``step`` on minus that of their first quarter."""
-        found = self.resolve("reward_mean")
+        the records from ``step`` on minus that of their first quarter. An evaluation reward stands in
+        for a training reward that is not logged (``resolve_reward``)."""
+        found = self.resolve_reward()
         if found is None:
             return None
         name, r = found

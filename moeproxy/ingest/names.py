@@ -17,6 +17,7 @@ from moeproxy.vocabulary import ALIASES, LAYER_PREFIX
 # Prefixes that W&B/TensorBoard exports put in front of a framework's own names.
 _PREFIXES = ("train/", "train_", "training/")
 _PER_STEP_SUFFIX = "_step"
+_TRAILING_NOTE = re.compile(r"\s*\([^()]*\)\s*$")
 
 _PER_LAYER_ENTROPY = re.compile(
     r"^(?:train/)?(?:moe/)?(?:routing|router)_entropy[/_]?layer[_/]?(\d+)$", re.IGNORECASE
@@ -50,6 +51,15 @@ def canonical_of(original: str) -> tuple[str, int] | None:
         hit = canonical_of(original[: -len(_PER_STEP_SUFFIX)])
         if hit is not None and not hit[0].startswith(LAYER_PREFIX):
             return hit[0], hit[1] + 300
+    if " " in original.strip() and original not in _LOOKUP:
+        # a name printed in words (``mean reward (100 episodes)``): its words joined as a framework's
+        # key would join them (``mean_reward``), a trailing note in parentheses left out
+        words = _TRAILING_NOTE.sub("", original).strip().lower()
+        joined = re.sub(r"\s+", "_", words)
+        if joined and joined != original:
+            hit = canonical_of(joined)
+            if hit is not None:
+                return hit[0], hit[1] + 400
     return _after_run_prefix(original)
 
 
@@ -61,6 +71,8 @@ _MEANINGFUL_HEADS = frozenset({
     "param", "params", "weight", "weights", "update", "act", "activation", "embed", "embedding", "layer",
     # an RL environment's episode (``ep_len_mean``: steps of an episode, not tokens of a response)
     "ep", "episode",
+    # a running best or last-seen copy of a metric (``best mean reward``) is not the metric
+    "best", "worst",
 })
 _HEAD = re.compile(r"^([A-Za-z0-9]+)[_/ \-](.+)$")
 

@@ -55,8 +55,15 @@ DESCRIPTION_PAIR = re.compile(r"[A-Za-z_][\w/]*\s*[:=]\s*[-+]?(?:\d+\.?\d*(?:[eE
                               re.IGNORECASE)
 
 
+# terminal control sequences a bar redraw carries (tqdm's nested bars end each line with ``ESC[A``,
+# cursor up; colours ``ESC[32m``): no text of the line
+ANSI_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def progress_only(line: str) -> bool:
     """A progress bar's redraw with nothing else on the line (its description at most 60 characters)."""
+    if "\x1b" in line:
+        line = ANSI_CONTROL.sub("", line)
     m = PROGRESS_BAR.match(line)
     return m is not None and DESCRIPTION_PAIR.search(m.group(1)) is None
 

@@ -60,3 +60,25 @@ def test_a_value_loss_growing_with_a_climbing_return_is_learning():
     value_loss = 0.5 * (reward / 5) ** 2                            # the critic's error grows with the return's scale
     res = diagnose_series(_critic(value_loss, reward))
     assert not any(f["rule"] == "value_loss_blowup" for f in res["findings"]), res["findings"]
+
+
+def test_an_evaluation_reward_stands_in_for_a_training_reward_that_is_not_logged():
+    # Stable-Baselines3 with an EvalCallback and no episode monitor: the only reward is eval/mean_reward.
+    # A critic that fits a constant return at once (value loss ~1e-8) and later wobbles to 1e-3 is
+    # 1e5x its early level, but the return did not fall: no blow-up; the entropy gone with the
+    # evaluation reward flat is the collapse
+    n = 400
+    steps = np.arange(500, 500 * (n + 1), 500)
+    rng = np.random.default_rng(5)
+    value_loss = np.abs(rng.normal(1e-8, 5e-9, n))
+    value_loss[100:] = np.abs(rng.normal(5e-4, 3e-4, n - 100))
+    entropy = 1.6 * np.exp(-np.arange(n) / 40.0) + 3e-5
+    series = {"train/value_loss": pd.Series(value_loss, index=steps),
+              "policy_entropy": pd.Series(entropy, index=steps),
+              "eval/mean_reward": pd.Series(np.full(n, -3.0), index=steps)}
+    res = diagnose_series(series)
+    assert not any(f["rule"] == "value_loss_blowup" for f in res["findings"]), res["findings"]
+    assert res["verdict"] == "entropy_collapse", res["findings"]
+    # without the evaluation reward there is no reward at all, and the blow-up rule has nothing to check
+    del series["eval/mean_reward"]
+    assert any(f["rule"] == "value_loss_blowup" for f in diagnose_series(series)["findings"])

@@ -239,3 +239,45 @@ def test_a_lightning_per_step_copy_is_the_metric_and_its_epoch_mean_is_not(tmp_p
     assert wide.loc[99, "train_loss_step"] == 7.59
     stored = resolve_names(list(wide.columns))
     assert stored["train_loss_step"] == "loss" and stored["train_loss_epoch"] == "train_loss_epoch"
+
+
+def test_a_counter_line_dates_the_name_and_number_lines_below_it(tmp_path):
+    # the Berkeley deep-RL homework's DQN log: "Timestep N" alone, then "name value" lines
+    blocks = "".join(f"Timestep {60000 + 10000 * i}\nmean reward (100 episodes) {-20.2 + 0.5 * i:.6f}\n"
+                     f"best mean reward {'-inf' if i < 2 else f'{-20.0 + 0.5 * i:.6f}'}\nepisodes {64 + 11 * i}\n"
+                     f"exploration {0.946 - 0.009 * i:.6f}\nlearning_rate 0.000100\n" for i in range(12))
+    log = tmp_path / "atari_model.txt"
+    log.write_text("AVAILABLE GPUS:  ['device: 0, name: GeForce GT 650M']\n" + blocks)
+    parsed = parse_file(log)
+    assert parsed.format == "text" and not parsed.step_from_index
+    wide = _wide(parsed)
+    assert list(wide.index)[:2] == [60000, 70000]
+    assert wide.loc[70000, "mean reward (100 episodes)"] == -19.7 and wide.loc[70000, "episodes"] == 75
+    assert canonical_of("mean reward (100 episodes)")[0] == "reward_mean"
+    assert canonical_of("best mean reward") is None     # a running best is not the reward
+
+
+def test_the_step_column_that_never_goes_back_is_the_step(tmp_path):
+    # Stable-Baselines3 called learn() in chunks: time/iterations starts again, total timesteps runs on
+    rows = "".join(f"{1 + i % 5},{500 * (i + 1)},{-1.6 + 0.01 * i:.3f}\n" for i in range(20))
+    log = tmp_path / "progress.csv"
+    log.write_text("time/iterations,time/total_timesteps,train/entropy_loss\n" + rows)
+    parsed = parse_file(log)
+    assert sorted(parsed.frame["step"].unique())[:3] == [500, 1000, 1500]
+    assert parsed.frame["step"].nunique() == 20
+    # a counter that only grows keeps its place ahead of the timesteps (the rollout step)
+    log.write_text("time/iterations,time/total_timesteps,train/entropy_loss\n"
+                   + "".join(f"{1 + i},{500 * (i + 1)},-1.0\n" for i in range(6)))
+    assert sorted(parse_file(log).frame["step"].unique()) == [1, 2, 3, 4, 5, 6]
+
+
+def test_bar_redraws_with_terminal_controls_do_not_hide_the_records_after_them(tmp_path):
+    # tqdm's nested bars end each redraw with ESC[A: 400 such lines before the first logged dict
+    bars = "".join(f" {i % 100:2d}%|██▎       | {i % 13}/13 [00:00<00:02,  4.23it/s]\x1b[A\n" for i in range(420))
+    dicts = "".join(f"{{'loss': {-1.2 - 0.3 * i:.4f}, 'grad_norm': {3.0 * 2 ** i:.4f}, 'learning_rate': 1e-05, "
+                    f"'epoch': {0.4 * (i + 1):.2f}}}\n" for i in range(8))
+    log = tmp_path / "run.log"
+    log.write_text(bars + dicts)
+    parsed = parse_file(log)
+    assert parsed.format == "printed-dicts"
+    assert _wide(parsed)["grad_norm"].max() == 3.0 * 2 ** 7

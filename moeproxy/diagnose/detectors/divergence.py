@@ -484,7 +484,7 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     if big.size < 2:
         return None
     first = int(s.index[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
-    reward = run.resolve("reward_mean")
+    reward = run.resolve_reward()
     fell = ""
     if reward is not None:
         r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]

@@ -32,12 +32,22 @@ MONITOR_COLUMNS = {"r": "episode_return", "l": "episode_length", "t": "time"}
 RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
-def _step_column(columns: list[str]) -> str | None:
-    """The vocabulary's first step key among the columns, in any case (``Iteration``, ``Step``)."""
+def _step_column(columns: list[str], df=None) -> str | None:
+    """The vocabulary's first step key among the columns, in any case (``Iteration``, ``Step``).
+    With the table: of several step columns, the first whose counter never goes back (LABELS.md: the
+    step is the counter the run's progress is reported in; Stable-Baselines3's ``time/iterations``
+    starts again at each ``learn()`` call while ``time/total_timesteps`` runs on); when every one
+    goes back (a resumed run), the first."""
     lower = {}
     for c in columns:
         lower.setdefault(c.lower(), c)
-    return next((lower[k.lower()] for k in STEP_COLUMNS if k.lower() in lower), None)
+    present = [lower[k.lower()] for k in STEP_COLUMNS if k.lower() in lower]
+    if df is not None and len(present) > 1:
+        for column in present:
+            counted = [s for s in _steps(df[column]) if s is not None]
+            if all(b >= a for a, b in zip(counted, counted[1:])):
+                return column
+    return present[0] if present else None
 
 
 def _without_comment_lines(text: str) -> str:
@@ -107,7 +117,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
             record = {f"{names[i]}/{op}": vals[i] for op, (vals, present) in numeric.items() if present[i]}
             table.add_dict(step, record, rank=rank)
     else:
-        step_col = _step_column(columns)
+        step_col = _step_column(columns, df)
         values = [c for c in columns if c != step_col and not c.endswith(("__MIN", "__MAX"))]
         prefixes = {c.split(" - ", 1)[0] for c in values if " - " in c}
         names = {c: (c.split(" - ", 1)[1] if len(prefixes) == 1 and " - " in c else c) for c in values}

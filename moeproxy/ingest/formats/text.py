@@ -57,7 +57,7 @@ SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": 
 EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*/\s*\d+\s*$", re.IGNORECASE)
 # a counter on a line of its own, perhaps framed (``********** Iteration 3 **********``, ``=== Step 200 ===``):
 # the ``key : value`` lines after it, one pair a line, are that step's record (Berkeley's RL homework logger)
-STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\s*=#~_-]*$",
+STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update|timesteps?)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\s*=#~_-]*$",
                          re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
@@ -65,6 +65,11 @@ NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(
 # a number is taken whole or not at all: ``3e`` (of ``3e-4``) or ``1.2.3`` is no number, never ``3``
 # or ``1.2`` (units may follow: ``45.6ms``, ``12.3%``)
 NUMBER_END = r"(?![eE.\d])"
+# below a counter on a line of its own, a line that is a name and one number with only a space
+# between (``mean reward (100 episodes) -20.187500``, ``episodes 64``: the Berkeley deep-RL homework's
+# DQN log) is one pair; elsewhere such a line is prose
+BARE_PAIR = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_ ()/%.,-]{0,60}?[A-Za-z)])\s+(" + NUMBER + r")" + NUMBER_END + r"\s*$",
+                       re.IGNORECASE)
 # Pairs are found in time linear in the line (a 1 MB line of hostile repeats included): from each
 # separator that a number follows, back to its key; a regex that looks for the key first rescans a
 # long run of key characters from each of them (a 30 KB line took 15 s).
@@ -212,6 +217,12 @@ def pairs_of_split(text: str) -> dict[str, float]:
     return record
 
 
+def bare_pair(line: str) -> dict[str, float]:
+    """``{name: value}`` of a line that is a name and one number (``BARE_PAIR``), else empty."""
+    m = BARE_PAIR.match(line)
+    return {m.group(1).strip(): float(m.group(2))} if m else {}
+
+
 def _strip(line: str) -> str:
     line = RANK_PREFIX.sub("", line, count=1)
     return TIMESTAMP.sub(" ", line)
@@ -310,7 +321,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
                 entries.append((STEPPED, hit[0], rank_of(raw), record))
                 counts[STEPPED] += 1
                 continue
-        elif header_step is not None and (record := pairs_of_split(line)):
+        elif header_step is not None and (record := pairs_of_split(line) or bare_pair(line)):
             entries.append((STEPPED, header_step, rank_of(raw), record))
             counts[STEPPED] += 1
             continue
@@ -393,7 +404,7 @@ def sniff_text(src: SourceFile) -> float:
         hit = find_step(line)
         if hit is not None and extract_pairs(hit[1]):
             with_step += 1
-        elif hit is None and header and extract_pairs(line):
+        elif hit is None and header and (extract_pairs(line) or bare_pair(line)):
             with_step += 1
         elif hit is None and (epoch := find_epoch(line)) and extract_pairs(epoch[1]):
             with_step += 1
