@@ -333,10 +333,12 @@ class Store:
         held = self._held
         if held is None:
             return self._open()
-        cursor = held.cursor()
-        if self.catalog is not None:  # a cursor starts in the default database, not the attached catalog
-            cursor.execute(f"USE {lake.ALIAS}")
-        return cursor
+        if self.catalog is not None:
+            # a new cursor starts in the default database and its ``USE`` of the catalog is a statement
+            # (DuckLake looks up its metadata for each: ~15 ms): the cycle's uses take turns on the held
+            # one, which a use does not close
+            return _Borrowed(held)
+        return held.cursor()
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -696,3 +698,17 @@ class Store:
                 ORDER BY r.created_at, r.run_id
                 """
             ).df()
+
+
+class _Borrowed:
+    """A held connection lent to one use of ``read()``/``write()``: everything goes to it, but the use's
+    ``close()`` leaves it open for the next (``held()`` closes it)."""
+
+    def __init__(self, con) -> None:
+        self._con = con
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+    def close(self) -> None:
+        pass

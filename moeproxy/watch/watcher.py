@@ -593,15 +593,15 @@ class _Batch:
         config, tx = self.watcher.config, self.tx
         wanted = [c for c in chunks if c.file.source_id is not None or len(c.parsed.rows)]
         names = sorted({c.file.run for c in wanted})
-        known = tx.run_ids(names) if names else {}
+        known, self.mappings, self.extents = tx.runs_state(names) if names else ({}, {}, {})
         for c in wanted:  # new runs, and a role or proxy given on the command line, once per session
             run = c.file.run
             if run not in known or (run not in (self.watcher.roled | self.roled) and (config.role != "other" or config.proxy_of)):
+                new = run not in known
                 known[run] = tx.ensure_run(run, config.role, config.proxy_of, c.parsed.framework, c.file.format)
+                if new:  # (nothing of a run made now is stored yet)
+                    self.mappings[known[run]], self.extents[known[run]] = {}, (None, None)
             self.roled.add(run)
-        ids = sorted(set(known.values()))
-        self.mappings = tx.metric_mappings(ids) if ids else {}
-        self.extents = tx.run_extents(ids) if ids else {}
         self.pending_runs: set[int] = set()
         chosen = {id(c) for c in wanted}
         results = [(c, self._chunk(c, known[c.file.run]) if id(c) in chosen else None) for c in chunks]
