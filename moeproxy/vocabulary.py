@@ -64,6 +64,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "episode_return", "episode_reward", "mean_return", "avg_return", "return_mean",
         # rllab / OpenAI baselines' logz tables (and the Berkeley deep-RL homework built on them)
         "AverageReturn", "averagereturn", "average_return",
+        # OpenAI Spinning Up's logger (and the CS294 soft actor-critic homework built on its logz):
+        # the mean return of the epoch's episodes, and the last episode's return
+        "AverageEpRet", "LastEpReturn",
     ),
     "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
     "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal

@@ -27,6 +27,7 @@ Pure: a RunSeries in, a RunSeries out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,11 +56,13 @@ class DataReading:
     first_step: int = 0
     last_step: int = 0
     step_gap: float = 1.0                                            # median gap between records
+    read_as: dict[str, str] = field(default_factory=dict)            # canonical -> the metric read as it
 
     def to_dict(self) -> dict:
         return {"never_computed": dict(self.never_computed), "masked": dict(self.masked),
                 "kinds": list(self.kinds), "records": self.records, "first_step": self.first_step,
-                "last_step": self.last_step, "step_gap": self.step_gap}
+                "last_step": self.last_step, "step_gap": self.step_gap} | (
+                    {"read_as": dict(self.read_as)} if self.read_as else {})
 
 
 def _core_names(run: RunSeries) -> set[str]:
@@ -217,4 +220,30 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
                 reading.kinds.append(prefix.rstrip("/"))
     out = RunSeries(kept)
     reading.step_gap = out.step_gap
+    if out.resolve("loss") is None and (loss := training_loss_by_name(out.names)) is not None:
+        out.aliases["loss"] = reading.read_as["loss"] = loss
     return out, reading
+
+
+_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# words that say a loss is not the training objective (a validation loss, a part of it, another
+# network's); ``train``/``epoch``/``batch``/``total`` and the like say nothing against it
+_NOT_TRAINING = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev", "heldout", "aux",
+                           "balance", "balancing", "router", "z", "reg", "l1", "l2", "value", "vf", "critic",
+                           "kl", "entropy", "reward", "ref", "teacher", "distill", "kd", "best", "min", "max",
+                           "std", "disc", "discriminator", "gen", "generator", "d", "g"})
+
+
+def training_loss_by_name(names: list[str]) -> str | None:
+    """The training loss among metrics that no framework alias names (``Train/EpochLoss``,
+    ``batch loss``): the one whose words end in ``loss`` with none that makes it another loss
+    (``Val/EpochLoss``, ``aux_loss``); of several, the one that says ``train``; None when that
+    leaves no single one (``g_loss`` beside ``d_loss``)."""
+    found = []
+    for name in names:
+        words = [w.lower() for w in _WORDS.findall(name)]
+        if words and words[-1] == "loss" and not _NOT_TRAINING.intersection(words):
+            found.append((name, "train" in words or "training" in words))
+    if len(found) > 1:
+        found = [f for f in found if f[1]]
+    return found[0][0] if len(found) == 1 else None

@@ -41,6 +41,8 @@ class RunSeries:
 
     def __init__(self, series: Mapping[str, pd.Series]):
         self._series: dict[str, pd.Series] = {}
+        # canonical -> a metric the data stage read as it (``semantics.training_loss_by_name``)
+        self.aliases: dict[str, str] = {}
         for name, s in series.items():
             s = pd.Series(s, dtype="float64")
             s.index = pd.Index(np.asarray(s.index, dtype="int64"), name="step")
@@ -97,8 +99,10 @@ class RunSeries:
         return self._series.get(name)
 
     def resolve(self, canonical: str) -> tuple[str, pd.Series] | None:
-        """The series for a canonical name, or for its first present fallback spelling."""
-        for name in (canonical, *FALLBACK_NAMES.get(canonical, ())):
+        """The series for a canonical name, or for its first present fallback spelling, or the metric
+        the data stage read as it."""
+        for name in (canonical, *FALLBACK_NAMES.get(canonical, ()), *([self.aliases[canonical]]
+                                                                        if canonical in self.aliases else [])):
             s = self._series.get(name)
             if s is not None:
                 return name, s

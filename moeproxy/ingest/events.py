@@ -12,6 +12,12 @@ step counter of their own.
 - TensorFlow's NaN guard (``NanTensorHook``) stopping a run: ``Model diverged with loss = NaN.`` (the
   loss of the step being attempted was NaN: stored as ``loss`` = NaN there with ``nan_iters`` = 1,
   not as a skipped update)
+- a run stopped by an error that reports non-finite numbers: PyTorch's argument check of a
+  distribution (``... but found invalid values:`` over ``tensor([[nan, nan, ...``), autograd's anomaly
+  mode (``Function 'MulBackward0' returned nan values in its 0th output``), detectron2's
+  ``FloatingPointError: Loss became infinite or NaN at iteration=7``: the step being attempted
+  produced NaN/inf, stored as ``nan_iters`` = 1 there (which value went bad is not known: no metric
+  is set to NaN)
 
 Each is one skipped update. Readers store it at the step being attempted (the last logged step + 1,
 or the step a tqdm bar on the same line shows + 1) as ``deepspeed/overflow`` = 1 with the scale it
@@ -41,6 +47,8 @@ REFUSED_NORM = re.compile(r"grad(?:ient)?[ _]?norm[^:\d\n]{0,20}:\s*([-+]?(?:\d+
                           re.IGNORECASE)
 DIVERGED_NAN = re.compile(r"model diverged with loss\s*=\s*(nan|inf)", re.IGNORECASE)
 ON_ITERATION = re.compile(r"grad(?:ient)? overflow on iteration\s*(\d+)", re.IGNORECASE)
+NONFINITE_CRASH = re.compile(r"^\s*tensor\(\[+\s*[-+]?(?:nan|inf)\b|returned (?:nan|inf) values in its|"
+                             r"loss became infinite or nan", re.IGNORECASE)
 
 
 def overflow_record(line: str) -> dict[str, float] | None:
@@ -49,6 +57,8 @@ def overflow_record(line: str) -> dict[str, float] | None:
         # the step's loss was non-finite, and the guard counts it: a NaN iteration (not a record cut
         # short by a crash, which the data stage would set aside as a logging artefact)
         return {"loss": parse_number(diverged.group(1)), "nan_iters": 1.0}
+    if ("tensor" in line or "returned" in line or "became" in line) and NONFINITE_CRASH.search(line):
+        return {"nan_iters": 1.0}
     if "verflow" not in line and "VERFLOW" not in line:
         if "kipping" not in line or not SKIPPED_UPDATE.search(line):
             return None

@@ -242,3 +242,19 @@ def test_an_entropy_rise_that_lasts_is_found_after_one_that_came_back():
     entropy[60:] = np.linspace(3.5, 11.9, 60)  # blows up toward uniform output for good
     res = diagnose_series({"policy_entropy": entropy, "reward_mean": 0.5 + rng.normal(0, 0.02, 120)})
     assert res["verdict"] == "divergence" and 58 <= res["onset_step"] <= 61
+
+
+def test_a_training_loss_no_framework_names_is_read_as_the_loss():
+    from moeproxy.diagnose.semantics import training_loss_by_name
+
+    # TensorBoard tags of a project's own: Train/EpochLoss beside Val/EpochLoss
+    assert training_loss_by_name(["Train/EpochLoss", "Val/EpochLoss", "Train/lrs"]) == "Train/EpochLoss"
+    assert training_loss_by_name(["batch loss", "aux_loss"]) == "batch loss"
+    assert training_loss_by_name(["g_loss", "d_loss"]) is None        # two networks' losses: neither
+    assert training_loss_by_name(["Batch Energy"]) is None
+    epochs = np.arange(1, 151)
+    loss = np.where(epochs < 56, 2460.0 / epochs, 2500.0)             # falls to ~45, jumps x50, stays
+    res = diagnose_series({"Train/EpochLoss": pd.Series(loss, index=epochs),
+                           "Val/EpochLoss": pd.Series(np.full(150, 3000.0), index=epochs)})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 56, res["findings"]
+    assert res["data"]["read_as"] == {"loss": "Train/EpochLoss"}

@@ -222,6 +222,7 @@ def test_a_step_column_is_found_in_any_case_and_rllab_returns_are_the_reward(tmp
     wide = _wide(parsed)
     assert list(wide.index)[:3] == [0, 10, 20] and wide.loc[30, "AverageReturn"] == 8.0
     assert canonical_of("AverageReturn")[0] == "reward_mean"
+    assert canonical_of("LastEpReturn")[0] == canonical_of("AverageEpRet")[0] == "reward_mean"  # Spinning Up
 
 
 def test_a_lightning_per_step_copy_is_the_metric_and_its_epoch_mean_is_not(tmp_path):

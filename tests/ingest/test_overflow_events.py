@@ -58,3 +58,26 @@ def test_a_line_that_only_mentions_overflow_is_not_an_event(tmp_path):
     parsed = parse_file(log)
     assert "deepspeed/overflow" not in set(parsed.frame.metric)
     assert parsed.skipped_lines == 1
+
+
+def test_a_run_stopped_by_an_error_on_nan_values_overflowed_at_the_step_under_way(tmp_path):
+    log = tmp_path / "ppo.log"
+    records = "".join(f"Epoch: {e}, global_step={e * 1024}\nSampling new architecture\n"
+                      f"SPS: 2690, pg_loss={0.02 + 0.001 * e:.4f}, v_loss=0.15\n" for e in range(1, 30))
+    crash = ("Epoch: 30, global_step=30720\nTraceback (most recent call last):\n"
+             '  File "ppo.py", line 204, in get_action_and_value\n'
+             "ValueError: Expected parameter loc (Tensor of shape (3200, 7)) of distribution Normal(loc: "
+             "torch.Size([3200, 7])) to satisfy the constraint Real(), but found invalid values:\n"
+             "tensor([[nan, nan, nan,  ..., nan, nan, nan],\n        [nan, nan, nan,  ..., nan, nan, nan]], "
+             "device='cuda:0',\n       grad_fn=<CatBackward0>)\n")
+    log.write_text(records + crash)
+    frame = parse_file(log).frame
+    nan_iters = frame[frame.metric == "nan_iters"]
+    assert nan_iters["step"].tolist() == [30720] and nan_iters["value"].tolist() == [1.0]
+    from moeproxy.diagnose.record import diagnose_target
+
+    _, result, _ = diagnose_target(str(log), db=":memory:")
+    assert result["verdict"] == "overflow" and result["onset_step"] == 30720, result["findings"]
+    # a tensor printed with finite values, or talk of NaN, is no event
+    log.write_text(records + "tensor([[0.1, 0.2]])\nchecking for nan values in the batch\n")
+    assert "nan_iters" not in set(parse_file(log).frame.metric)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from moeproxy.ingest.events import bar_step, overflow_record
+from moeproxy.ingest.events import NONFINITE_CRASH, bar_step, overflow_record
 from moeproxy.ingest.names import canonical_of, guess_framework
 from moeproxy.ingest.prefixes import RANK_PREFIX, TIMESTAMP, rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
@@ -284,7 +284,7 @@ def _counter(pattern: re.Pattern, line: str) -> tuple[int, str] | None:
     return None
 
 
-STEPPED, BY_EPOCH, INDEXLESS, EVENT, PENDING = range(5)
+STEPPED, BY_EPOCH, INDEXLESS, EVENT, PENDING, CRASH = range(6)
 SCALE_AFTER_EVENT = re.compile(r"^\s*using dynamic loss scale of\s*(\d+(?:\.\d*)?)\s*$", re.IGNORECASE)
 
 
@@ -308,7 +308,9 @@ def parse_text(src: SourceFile) -> ParsedLog:
             continue
         event = overflow_record(line)
         if event is not None:
-            entries.append((EVENT, bar_step(line), rank_of(raw), event))
+            # an error that stopped the run on NaN/inf values: at the step under way, not one after it
+            crash = NONFINITE_CRASH.search(line) is not None
+            entries.append((CRASH if crash else EVENT, bar_step(line), rank_of(raw), event))
             continue
         scale = SCALE_AFTER_EVENT.search(line)
         if scale and entries and entries[-1][0] == EVENT:  # apex prints the new scale on the next line
@@ -376,7 +378,9 @@ def _replay(table: LogTable, entries: list, kind: int, last: int = 0, event_step
     ``last`` and ``event_step``: where the bytes before these left off; returns them at the end."""
     index = -1
     for entry_kind, counter, rank, record in entries:
-        if entry_kind == EVENT:
+        if entry_kind == CRASH:  # the run stopped on it: the last step logged is the one under way
+            table.add_dict(counter if counter is not None else last, record, rank=rank)
+        elif entry_kind == EVENT:
             before = counter if counter is not None else last
             event_step = before + 1 if event_step is None or before >= event_step else event_step + 1
             table.add_dict(event_step, record, rank=rank)
