@@ -16,7 +16,10 @@ Printed per store and N:
 - view latency: the readers' runs list and one-run series (a run the list shows), p50 / p95 / max, and failed
   reads (--readers sets how many dashboards read; default one per watcher);
 - files on disk under the store (the DuckDB file and its WAL; the catalog's Parquet files), before
-  and after ``moeproxy store compact``.
+  and after ``moeproxy store compact``;
+- CPU seconds the watchers, the readers and PostgreSQL used until the watchers caught up, beside what
+  the machine's CPUs could give in that time (on a small machine N watchers and N readers compete
+  for the same cores: where the time goes says what a bigger one, or one host per job, would change).
 
 Usage: python bench/team.py [--watchers 1 4 16] [--rate 5] [--metrics 20] [--seconds 50] [--kill]
        [--stores file catalog]
@@ -37,7 +40,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from watch import WRITER, percentile  # bench/watch.py: the same jobs
+from watch import WRITER, cpu_seconds, percentile  # bench/watch.py: the same jobs
 
 READER = r"""
 import json, signal, sys, time
@@ -75,6 +78,29 @@ def alerts_of(root: Path, runs: int, seen: dict) -> None:
                 seen.setdefault(alert["run"], (now, alert))
 
 
+def postgres_cpu() -> float:
+    """CPU seconds used so far by PostgreSQL: every ``postgres`` process's own time, plus the time of
+    the backends the server has reaped (its children's time)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if "(postgres)" not in text:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _cpu(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except OSError:
+        return 0.0
+
+
 def files_on_disk(root: Path) -> int:
     return sum(1 for p in root.rglob("*") if p.is_file() and (p.suffix in (".duckdb", ".wal", ".parquet")))
 
@@ -109,6 +135,7 @@ def one_case(kind: str, db: str, data_path: str | None, n: int, args, root: Path
     while time.time() < deadline and not all("watching" in (root / f"watch{i:02d}.out").read_text() for i in range(n)):
         time.sleep(0.1)
     started = time.time()
+    pg_before = postgres_cpu()
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(n), str(args.rate), str(args.metrics),
                                str(args.seconds)])
     readers = [subprocess.Popen([sys.executable, "-c", READER, db, data_path or "", ",".join(d.name for d in dirs),
@@ -142,6 +169,9 @@ def one_case(kind: str, db: str, data_path: str | None, n: int, args, root: Path
             break
         time.sleep(0.5)
     caught_up = time.time() - started - info["seconds"]
+    cpu = {"watchers": sum(_cpu(w.pid) for w in watchers), "readers": sum(_cpu(r.pid) for r in readers),
+           "postgres": postgres_cpu() - pg_before if kind == "catalog" else 0.0,
+           "wall": time.time() - started}
     for w in watchers:
         w.send_signal(signal.SIGTERM)
     for w in watchers:
@@ -166,7 +196,7 @@ def one_case(kind: str, db: str, data_path: str | None, n: int, args, root: Path
             failed += got["failed"]
     latencies = [seen[run][0] - t for run, t in info["written"].items() if run in seen]
     return {
-        "kind": kind, "n": n, "readers": len(readers), "seconds": info["seconds"], "steps": info["steps"], "rows": rows, "twice": twice,
+        "kind": kind, "n": n, "readers": len(readers), "cpu": cpu, "seconds": info["seconds"], "steps": info["steps"], "rows": rows, "twice": twice,
         "expected": written * n, "short_runs": sorted(d.name for d in dirs if per_run.get(d.name, 0) != written),
         "caught_up_s": caught_up, "latencies": latencies, "alert_runs": len(info["written"]), "alerted": len(seen),
         "lists": lists, "views": views, "failed": failed, "files_before": files_before, "files_after": files_after,
@@ -197,6 +227,11 @@ def report(r: dict, args) -> None:
           + (f" (first: {r['failed'][0]})" if r["failed"] else ""))
     print(f"files on disk: {r['files_before']}" + (f", after `store compact` {r['files_after']}"
                                                    if r["compact_rc"] is not None else ""))
+    c = r["cpu"]
+    print(f"CPU seconds over the {c['wall']:.0f} s until caught up ({os.cpu_count()} CPUs: {os.cpu_count() * c['wall']:.0f} "
+          f"to share): watchers {c['watchers']:.0f}, readers {c['readers']:.0f}"
+          + (f", PostgreSQL {c['postgres']:.0f}" if r["kind"] == "catalog" else "")
+          + " (a killed watcher's own time is not counted)")
 
 
 def main() -> int:

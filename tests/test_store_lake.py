@@ -202,7 +202,7 @@ def test_a_watchers_positions_are_versions_on_a_catalog_and_every_read_takes_the
     log.parent.mkdir()
 
     def watcher():
-        w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60), Store(catalog, data_path=str(data)),
+        w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60, commit_every=0), Store(catalog, data_path=str(data)),
                     io.StringIO(), io.StringIO())
         w.start()
         return w
@@ -236,3 +236,52 @@ def test_a_watchers_positions_are_versions_on_a_catalog_and_every_read_takes_the
         assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 1
         assert con.execute("SELECT count(*) FROM watch_files").fetchone()[0] == 1
     assert store.watch_positions()[0]["position"] == log.stat().st_size
+
+
+def test_a_catalog_watcher_stores_calm_rows_in_batches_and_urgent_ones_at_once(postgres, tmp_path):
+    """Each DuckLake commit is a snapshot that costs ~0.1 s of a core: a watcher on a catalog stores
+    rows that hold nothing urgent at most every ``commit_every`` seconds (the file is read again from
+    its stored position, so nothing is lost or stored twice), but a first NaN is stored, diagnosed
+    and alerted in the cycle that reads it."""
+    import io
+    import json
+
+    from moeproxy.watch import WatchConfig, Watcher
+
+    catalog, data = postgres("batches"), tmp_path / "parquet"
+    log = tmp_path / "job" / "metrics.jsonl"
+    log.parent.mkdir()
+    alerts = tmp_path / "alerts.jsonl"
+    store = Store(catalog, data_path=str(data))
+    w = Watcher(WatchConfig(paths=[str(log)], alerts=str(alerts), commit_every=60), store, io.StringIO(), io.StringIO())
+    w.start()
+
+    def append(steps, loss=lambda s: 3.0 + 0.05 * (s % 4)):
+        with open(log, "a") as fh:
+            fh.write("".join(json.dumps({"step": s, "loss": loss(s), "grad_norm": 1.0}) + "\n" for s in steps))
+
+    def stored():
+        return int(store.runs_overview().set_index("run").loc["job", "rows"]) if store.has_run("job") else 0
+
+    append(range(1, 6))
+    w.cycle()                       # a new file: stored at once (its run is made)
+    assert stored() == 10
+    for second in range(3):         # calm rows: held back (the last commit was a moment ago)
+        append(range(6 + 5 * second, 11 + 5 * second))
+        w.cycle()
+    assert stored() == 10
+    append([21], loss=lambda s: float("nan"))   # a first NaN: everything read so far, stored now
+    report = w.cycle()
+    assert stored() == 42 and [a["verdict"] for a in report.alerts] == ["overflow"]
+    assert [json.loads(line)["onset_step"] for line in alerts.read_text().splitlines()] == [21]
+    append(range(22, 25))
+    w.cycle()
+    w.close()                       # stopped with calm rows not yet stored: a restart reads them
+    w = Watcher(WatchConfig(paths=[str(log)], commit_every=0), store, io.StringIO(), io.StringIO())
+    w.start()
+    w.cycle()
+    w.close()
+    assert stored() == 48
+    with store.read() as con:
+        assert con.execute("SELECT count(*) - count(DISTINCT (metric, step)) FROM scalars").fetchone()[0] == 0
+

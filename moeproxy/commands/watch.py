@@ -16,6 +16,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--webhook", metavar="URL", help="POST each alert's JSON to this URL (background, with retries)")
     parser.add_argument("--interval", metavar="SECONDS", type=float, default=1.0,
                         help="seconds between looks at the files (default: 1)")
+    parser.add_argument("--commit-every", metavar="SECONDS", type=float, default=None,
+                        help="on a DuckLake catalog, store calm rows at most this often; rows with a first "
+                             "NaN/inf or an out-of-range value are stored and diagnosed at once (default: 3 on a "
+                             "catalog, 0 = every look on a file)")
     parser.add_argument("--once", action="store_true",
                         help="ingest what the files hold now, diagnose, alert, and exit (no following)")
     add_db_option(parser)
@@ -29,7 +33,8 @@ def run(args) -> int:
     from moeproxy.watch import WatchConfig, Watcher
 
     config = WatchConfig(paths=args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
-                         alerts=args.alerts, webhook=args.webhook, interval=args.interval)
+                         alerts=args.alerts, webhook=args.webhook, interval=args.interval,
+                         commit_every=args.commit_every)
     store = open_store(args)
     stop = threading.Event()
 

@@ -74,6 +74,10 @@ class WatchConfig:
     max_open_files: int = 64  # followed files holding a descriptor at once (a quarter of RLIMIT_NOFILE at most)
     # a DuckLake catalog's upkeep (``Store.compact``): inlined rows written out, small files merged
     compact_minutes: float = 10.0
+    # a DuckLake catalog: new rows that hold nothing urgent are committed at most every this many
+    # seconds (each commit is a catalog snapshot, ~0.1 s of a core); urgent ones at once. None: 3 s
+    # on a catalog, 0 (every cycle) on a file store
+    commit_every: float | None = None
 
     def __post_init__(self) -> None:
         if not self.paths:
@@ -88,6 +92,8 @@ class WatchConfig:
             raise InputError(f"--webhook {redact_url(self.webhook)}: an http:// or https:// URL")
         if not 0 < self.compact_minutes <= 10080:
             raise InputError(f"compact_minutes must be more than 0 and at most 10080, not {self.compact_minutes:g}")
+        if self.commit_every is not None and not 0 <= self.commit_every <= 3600:
+            raise InputError(f"commit_every must be between 0 and 3600 seconds, not {self.commit_every:g}")
         if self.max_open_files < 1:
             raise InputError(f"max_open_files must be at least 1, not {self.max_open_files}")
         if self.proxy_of is not None and self.proxy_of == self.run:
@@ -135,6 +141,10 @@ class Watcher:
         self._said: set[str] = set()
         self._once = False  # run(once=True): a store that cannot be written stops the watcher
         self._compacted = time.monotonic()
+        self._committed_at = 0.0  # when the last cycle stored rows (a catalog batches calm ones)
+        self._peeked: dict[tuple[int, int], dict] = {}  # per file: the ranges its rows had, committed or not
+        every = config.commit_every
+        self.commit_every = every if every is not None else (3.0 if store.catalog is not None else 0.0)
         self._refused_paths: dict[str, tuple[int, int]] = {}
         self._paths: dict[str, FollowedFile] = {}
         self.roled: set[str] = set()  # runs whose role/proxy this session set already
@@ -213,6 +223,13 @@ class Watcher:
         self.sink.retry()  # alerts a full disk kept out of the alerts file
         self._scan()
         chunks = self._read()  # files are read and parsed before the store is opened
+        if chunks and self._calm(chunks):
+            # nothing urgent, and a commit was made a moment ago: the files are read again from their
+            # stored positions at the next cycle, these rows with the new ones, in one commit
+            chunks = []
+        if not chunks and not any(state.due for state in self.runs.values()):
+            self._compact_due()
+            return report
         try:
             for attempt in range(COMMIT_ATTEMPTS):
                 try:
@@ -220,6 +237,8 @@ class Watcher:
                         opened = time.monotonic()
                         for chunk, result in self._store(chunks) if chunks else []:
                             self._committed(chunk, result, report)
+                        if chunks:
+                            self._committed_at = time.monotonic()
                         frames = self._frames_due()
                         report.held_s = time.monotonic() - opened
                     break
@@ -240,6 +259,18 @@ class Watcher:
         report.diagnosed = self._diagnose(frames, report)
         self._compact_due()
         return report
+
+    def _calm(self, chunks: list[Chunk]) -> bool:
+        """Whether these chunks can wait for the next commit (``commit_every``): no new file, no
+        backlog, no run of ``--once``, and no row urgent (a metric's first non-finite value, or a
+        value beyond the range its metric had in the rows read so far)."""
+        calm = not self._once and time.monotonic() - self._committed_at < self.commit_every
+        for c in chunks:  # (every chunk's ranges are taken in, whatever the answer)
+            calm = calm and c.file.source_id is not None and not c.more
+            if c.parsed is not None and len(c.parsed.rows):
+                envelope = self._peeked.setdefault(c.file.identity, {})
+                calm = not _breaks_envelope(c.parsed.rows, envelope) and calm
+        return calm
 
     def _compact_due(self) -> None:
         """A DuckLake catalog's upkeep every ``compact_minutes`` (a file store needs none): without
@@ -465,8 +496,8 @@ class Watcher:
                     self.say(f"{shown(f.path)}: rewritten from the start; read again from its start (a new attempt of "
                              f"run {f.run!r} where its steps repeat stored ones)")
                     f.fresh_start = False
-                for warning in chunk.warnings:
-                    self.say(f"moeproxy watch: warning: {warning}", err=True)
+                for warning in chunk.warnings:  # (once: a chunk left for the next commit is read again)
+                    self.say(f"moeproxy watch: warning: {warning}", once_key=f"warning:{f.path}:{warning}", err=True)
                 chunks.append(chunk)
         return chunks
 
