@@ -14,6 +14,10 @@ class StoreUnavailable(InputError):
     of the store, not of the input; nothing was changed."""
 
 
+class StoreReadOnly(StoreUnavailable):
+    """The store may be read but not written by this user (a catalog's read-only PostgreSQL role)."""
+
+
 class StoreBusy(MoeproxyError):
     """The run database is locked by another process (a second writer)."""
 

@@ -165,7 +165,7 @@ def test_small_appends_stay_in_the_catalog_until_compaction_writes_them_out(tmp_
     log.parent.mkdir()
     import io
 
-    w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60), Store(catalog), io.StringIO(), io.StringIO())
+    w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60, commit_every=0), Store(catalog), io.StringIO(), io.StringIO())
     w.start()
     for second in range(20):  # twenty cycles of a few new records each
         with open(log, "a") as fh:
@@ -285,3 +285,26 @@ def test_a_catalog_watcher_stores_calm_rows_in_batches_and_urgent_ones_at_once(p
     with store.read() as con:
         assert con.execute("SELECT count(*) - count(DISTINCT (metric, step)) FROM scalars").fetchone()[0] == 0
 
+
+
+def test_a_read_only_postgresql_role_reads_the_catalog_and_cannot_write_it(postgres, tmp_path, capsys):
+    """The README's team setup gives dashboards a role that may only SELECT (default privileges cover
+    the tables DuckLake makes later): every read works, including rows written after the grant; a
+    write is refused in one line that says why, and nothing is changed."""
+    catalog, data = postgres("roles"), tmp_path / "parquet"
+    owner = ["--db", catalog, "--data-path", data]
+    _moeproxy(capsys, "ingest", LOGS / "megatron.log", *owner)
+    postgres.psql("roles", "CREATE ROLE dashboard LOGIN; GRANT CONNECT ON DATABASE roles TO dashboard; "
+                           "GRANT USAGE ON SCHEMA public TO dashboard; "
+                           "GRANT SELECT ON ALL TABLES IN SCHEMA public TO dashboard; "
+                           "ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO dashboard")
+    _moeproxy(capsys, "ingest", LOGS / "verl_file.jsonl", *owner)  # written after the grant
+    reader = ["--db", catalog.replace("user=moeproxy", "user=dashboard"), "--data-path", data]
+    runs = _moeproxy(capsys, "runs", *reader)
+    assert "megatron" in runs and "verl_file" in runs
+    assert "megatron:" in _moeproxy(capsys, "diagnose", "megatron", *reader)
+    capsys.readouterr()
+    assert main(["ingest", str(LOGS / "openrlhf.log"), *map(str, reader)]) != 0
+    err = capsys.readouterr().err
+    assert "may not write (permission denied)" in err and "Traceback" not in err
+    assert "openrlhf" not in _moeproxy(capsys, "runs", *owner)

@@ -170,7 +170,12 @@ def diagnose_target(target: str, db: str | None, reference: str | None = None) -
     if reference is None:
         store, _ = _store_with_run(target, db)
         if store is not None:
-            return target, diagnose_and_record(store, target), True
+            from moeproxy.errors import StoreReadOnly
+
+            try:
+                return target, diagnose_and_record(store, target), True
+            except StoreReadOnly:  # a dashboard's read-only role: the diagnosis, not recorded
+                return target, diagnose_frame(store.run_frame(target)), False
     name, frames, _ = load_runs(target, db)
     if reference is not None:
         ref_name, ref_frame, _ = load_target(reference, db)

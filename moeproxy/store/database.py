@@ -42,7 +42,7 @@ from typing import Iterator
 import duckdb
 
 from moeproxy.contracts import ROLES
-from moeproxy.errors import InputError, NotFound, StoreBusy, StoreUnavailable, WriteConflict
+from moeproxy.errors import InputError, NotFound, StoreBusy, StoreReadOnly, StoreUnavailable, WriteConflict
 from moeproxy.lazy import LazyModule
 
 from moeproxy.store import lake
@@ -290,11 +290,15 @@ class Store:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "space left" in first.lower():
             why = "the disk is full"
+        elif self.catalog is not None and "permission denied" in str(exc).lower():
+            # a dashboard's read-only PostgreSQL role (README "Team store"): reads work, writes do not
+            why = "the catalog's PostgreSQL role may not write (permission denied); write with the owning role"
         elif isinstance(exc, duckdb.TransactionException):
             why = "the transaction could not commit"
         else:
             why = "damaged or truncated?"
-        return StoreUnavailable(f"{self.label}: cannot use the run database ({why}: {first}); nothing was changed")
+        kind = StoreReadOnly if why.startswith("the catalog's PostgreSQL role may not write") else StoreUnavailable
+        return kind(f"{self.label}: cannot use the run database ({why}: {first}); nothing was changed")
 
     @contextmanager
     def _guarded(self) -> Iterator[None]:

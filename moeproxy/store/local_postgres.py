@@ -80,6 +80,13 @@ def local_postgres() -> Iterator[Callable[[str], str]]:
                            check=True, capture_output=True)
             return f"ducklake:postgres:dbname={dbname} host={sock} port={port} user={USER}"
 
+        def psql(dbname: str, sql: str) -> str:
+            """Run SQL in a database of the server as its owner (roles, grants); its output."""
+            done = subprocess.run([str(bindir / "psql"), "-h", str(sock), "-p", str(port), "-U", USER, "-d", dbname,
+                                   "-v", "ON_ERROR_STOP=1", "-Atc", sql], check=True, capture_output=True, text=True)
+            return done.stdout
+
+        new_catalog.psql = psql
         yield new_catalog
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
