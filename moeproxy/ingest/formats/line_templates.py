@@ -23,9 +23,9 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import LogTable
 
-SLOT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w])[-+]?(?:nan|inf)(?![\w])",
-                  re.IGNORECASE)
-SLOT_SPLIT = re.compile(f"({SLOT.pattern})", re.IGNORECASE)
+SLOT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w])[-+]?(?i:nan|inf)(?![\w])")
+# the slots with the spaces around them: the texts between come out stripped where they meet a slot
+SLOT_SPLIT = re.compile(f"\\s*({SLOT.pattern})\\s*")
 WORD = re.compile(r"[A-Za-z_][\w./\-]*[A-Za-z_\d]|[A-Za-z_]")
 COUNTER = re.compile(r"^(?:global_?step|step|iter(?:ation)?|it|batch|update|epoch)s?$", re.IGNORECASE)
 MIN_RECORDS = 5
@@ -44,7 +44,7 @@ def _split(line: str) -> tuple[str, list[str], list[str]] | None:
     if len(pieces) < 2:
         return None
     parts, values = pieces[0::2], pieces[1::2]
-    return "#".join(p.strip() for p in parts), parts, values
+    return "#".join(parts), parts, values  # (the line comes stripped: every part's ends meet a slot)
 
 
 def _names(parts: list[str]) -> list[str | None]:
