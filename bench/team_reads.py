@@ -4,7 +4,7 @@ A DuckLake catalog (a local PostgreSQL started by ``moeproxy.store.local_postgre
 folder) is filled with RUNS runs x STEPS steps x METRICS metrics, written the way many watchers write
 them: each commit holds a slice of steps of every run, so without a layout every data file holds rows
 of every run. The same data is written twice, into a catalog whose ``scalars`` table is plain and into
-one PARTITIONED BY (run_id) (each run's rows in files of their own), both compacted as the watchers'
+one PARTITIONED BY (run_id) (each run's rows in files of their own: what moeproxy makes), both compacted as the watchers'
 upkeep leaves them (``moeproxy store compact``). Printed for each: the rows, the data files and their
 size, the time to write, and warm read latencies (median and max of --repeat reads, after one cold):
 - the runs list (``Store.runs_overview``: the dashboard's Runs page and run picker);
@@ -85,9 +85,9 @@ def main() -> int:
             store = Store(new_catalog(f"reads_{layout.split()[0]}"), data_path=str(data))
             with store.write():
                 pass  # the tables made
-            if layout != "plain":
-                with store.read() as con:
-                    con.execute("ALTER TABLE scalars SET PARTITIONED BY (run_id)")
+            with store.read() as con:  # (a new catalog's tables are partitioned: moeproxy.store.lake.PARTITIONS)
+                con.execute("ALTER TABLE scalars " + ("RESET PARTITIONED BY" if layout == "plain"
+                                                      else "SET PARTITIONED BY (run_id)"))
             seconds = fill(store, args.runs, args.steps, args.metrics, args.commits)
             files = list(data.glob("**/*.parquet"))
             size = sum(f.stat().st_size for f in files)

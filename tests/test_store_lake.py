@@ -308,3 +308,19 @@ def test_a_read_only_postgresql_role_reads_the_catalog_and_cannot_write_it(postg
     err = capsys.readouterr().err
     assert "may not write (permission denied)" in err and "Traceback" not in err
     assert "openrlhf" not in _moeproxy(capsys, "runs", *owner)
+
+
+def test_each_runs_values_are_in_files_of_their_own_on_a_catalog(postgres, tmp_path, capsys):
+    """A new catalog's values are partitioned by run: a Triage view reads its run's files only
+    (``bench/team_reads.py``), however the runs' rows were interleaved when they were written."""
+    import duckdb
+
+    catalog, data = postgres("partitions"), tmp_path / "parquet"
+    common = ["--db", catalog, "--data-path", data]
+    _moeproxy(capsys, "ingest", LOGS / "megatron.log", LOGS / "verl_file.jsonl", LOGS / "openrlhf.log", *common)
+    _moeproxy(capsys, "store", "compact", *common)
+    files = [f for f in data.glob("**/*.parquet") if "scalars" in str(f)]
+    assert len(files) >= 3
+    con = duckdb.connect()
+    assert all(con.execute("SELECT count(DISTINCT run_id) FROM read_parquet(?)", [str(f)]).fetchone()[0] == 1
+               for f in files)
