@@ -234,6 +234,9 @@ _NOT_TRAINING = frozenset({"val", "valid", "validation", "eval", "evaluation", "
                            "std", "disc", "discriminator", "gen", "generator", "d", "g"})
 
 
+_PLAIN_AFTER = frozenset({"train", "training", "step", "batch", "epoch", "iter", "total", "avg", "mean"})
+
+
 def training_loss_by_name(names: list[str]) -> str | None:
     """The training loss among metrics that no framework alias names (``Train/EpochLoss``,
     ``batch loss``): the one whose words end in ``loss`` with none that makes it another loss
@@ -242,7 +245,10 @@ def training_loss_by_name(names: list[str]) -> str | None:
     found = []
     for name in names:
         words = [w.lower() for w in _WORDS.findall(name)]
-        if words and words[-1] == "loss" and not _NOT_TRAINING.intersection(words):
+        # ``...loss`` (``Train/EpochLoss``), or TensorBoard's ``Loss/train`` (the loss, then words
+        # that only say it is the training one or how it is averaged)
+        lossy = words and (words[-1] == "loss" or (words[0] == "loss" and set(words[1:]) <= _PLAIN_AFTER))
+        if lossy and not _NOT_TRAINING.intersection(words):
             found.append((name, "train" in words or "training" in words))
     if len(found) > 1:
         found = [f for f in found if f[1]]

@@ -252,6 +252,8 @@ def test_a_training_loss_no_framework_names_is_read_as_the_loss():
     assert training_loss_by_name(["batch loss", "aux_loss"]) == "batch loss"
     assert training_loss_by_name(["g_loss", "d_loss"]) is None        # two networks' losses: neither
     assert training_loss_by_name(["Batch Energy"]) is None
+    assert training_loss_by_name(["Loss/train", "Loss/val"]) == "Loss/train"   # TensorBoard's usual tags
+    assert training_loss_by_name(["Loss/kl", "loss_scale"]) is None
     epochs = np.arange(1, 151)
     loss = np.where(epochs < 56, 2460.0 / epochs, 2500.0)             # falls to ~45, jumps x50, stays
     res = diagnose_series({"Train/EpochLoss": pd.Series(loss, index=epochs),
