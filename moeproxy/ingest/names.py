@@ -51,6 +51,10 @@ def canonical_of(original: str) -> tuple[str, int] | None:
         hit = canonical_of(original[: -len(_PER_STEP_SUFFIX)])
         if hit is not None and not hit[0].startswith(LAYER_PREFIX):
             return hit[0], hit[1] + 300
+    lower = original.lower()
+    if lower != original and lower in _LOOKUP:  # ``Avg_return``, ``Loss``: a framework's name, capitalised
+        canon, rank = _LOOKUP[lower]
+        return canon, rank + 500
     if " " in original.strip() and original not in _LOOKUP:
         # a name printed in words (``mean reward (100 episodes)``): its words joined as a framework's
         # key would join them (``mean_reward``), a trailing note in parentheses left out

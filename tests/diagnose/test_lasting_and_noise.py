@@ -134,3 +134,23 @@ def test_grad_norms_skipped_back_to_back_at_start_up_are_the_loss_scale_search()
     assert res["verdict"] == "healthy", res["findings"]
     grad[[60, 61]] = np.nan                                   # back to back mid-run: not start-up
     assert diagnose_series({"loss": loss, "grad_norm": grad})["verdict"] == "overflow"
+
+
+def test_a_loss_huge_from_its_first_record_or_at_the_top_of_a_climb_is_no_saturation():
+    import numpy as np
+    import pandas as pd
+
+    from moeproxy.diagnose import diagnose_series
+
+    steps = np.arange(0, 200)
+    # a physics-informed loss whose scale is 1e13 from the start, falling as it learns
+    physics = pd.Series(1e13 * np.exp(-steps / 8.0) + 1.0, index=steps)
+    res = diagnose_series({"loss": physics})
+    assert not any(f["rule"] == "saturated_value" for f in res["findings"]), res["findings"]
+    # a language-model loss that climbs x600 and on to 1e13: divergence from the climb's start
+    climb = pd.Series(np.r_[np.linspace(16, 7.5, 20), 4590.0, 3e5, 2e8, 5e13, 1e20, 1e25], index=np.arange(26) * 50)
+    res = diagnose_series({"loss": climb})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 1000, res["findings"]
+    # saturation mode's jump from normal values straight to the alarm limit is still overflow
+    jump = pd.Series(np.r_[np.full(30, 2.0), np.full(5, 3e10)], index=np.arange(35))
+    assert diagnose_series({"loss": jump})["verdict"] == "overflow"

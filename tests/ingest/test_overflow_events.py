@@ -81,3 +81,17 @@ def test_a_run_stopped_by_an_error_on_nan_values_overflowed_at_the_step_under_wa
     # a tensor printed with finite values, or talk of NaN, is no event
     log.write_text(records + "tensor([[0.1, 0.2]])\nchecking for nan values in the batch\n")
     assert "nan_iters" not in set(parse_file(log).frame.metric)
+
+
+def test_deepspeed_skipping_every_step_is_overflow_and_a_start_up_search_is_not(tmp_path):
+    from moeproxy.diagnose.record import diagnose_target
+
+    line = ("[2025-04-09 03:43:30,861] [INFO] [logging.py:96:log_dist] [Rank 0] step={s}, skipped={k}, "
+            "lr=[1e-05, 1e-05], mom=[(0.9, 0.99), (0.9, 0.99)]\n")
+    log = tmp_path / "rm.log"
+    log.write_text("".join(line.format(s=s, k=s) for s in range(10, 400, 10)))   # every step skipped
+    _, result, _ = diagnose_target(str(log), db=":memory:")
+    assert result["verdict"] == "overflow" and result["onset_step"] == 10, result["findings"]
+    log.write_text("".join(line.format(s=s, k=min(s, 12)) for s in range(10, 400, 10)))  # 12 at start-up
+    _, result, _ = diagnose_target(str(log), db=":memory:")
+    assert result["verdict"] == "healthy", result["findings"]

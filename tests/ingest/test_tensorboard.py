@@ -336,3 +336,35 @@ def test_windows_of_any_size_read_the_same_records(tmp_path, monkeypatch, window
     path.write_bytes(data[:-10])
     parsed = parse_file(path)
     assert len(parsed.frame) == 399 and "the last record is cut" in parsed.warnings[0]
+
+
+def test_an_event_file_without_its_version_record_is_still_an_event_file(tmp_path):
+    # some writers leave out the leading ``brain.Event:2`` record: a whole first TFRecord holding an
+    # Event's wall time is enough to tell the format
+    import struct
+
+    from moeproxy.ingest import parse_file
+    from moeproxy.ingest.formats.tensorboard.crc32c import crc32c, masked
+
+    def record(payload: bytes) -> bytes:
+        head = struct.pack("<Q", len(payload))
+        return (head + struct.pack("<I", int(masked(crc32c(head)))) + payload
+                + struct.pack("<I", int(masked(crc32c(payload)))))
+
+    def scalar_event(step: int, tag: str, value: float) -> bytes:
+        value_msg = b"\x0a" + bytes([len(tag)]) + tag.encode() + b"\x15" + struct.pack("<f", value)
+        summary = b"\x0a" + bytes([len(value_msg)]) + value_msg
+        return b"\x09" + struct.pack("<d", 1.7e9 + step) + b"\x10" + bytes([step]) + b"\x2a" + bytes([len(summary)]) + summary
+
+    path = tmp_path / "run.tfevents"
+    path.write_bytes(b"".join(record(scalar_event(s, "Avg_return", -100.0 + s)) for s in range(1, 20)))
+    parsed = parse_file(path)
+    assert parsed.format == "tensorboard"
+    assert sorted(parsed.frame["step"].unique())[:3] == [1, 2, 3]
+    assert canonical_of_reward("Avg_return")
+
+
+def canonical_of_reward(name: str) -> bool:
+    from moeproxy.ingest.names import canonical_of
+
+    return canonical_of(name)[0] == "reward_mean"   # a framework's name, capitalised

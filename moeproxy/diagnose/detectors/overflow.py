@@ -33,11 +33,14 @@ thresholds(
     loss_scale_window=(1000, "Megatron default: growth/halving window (iterations)"),
     loss_scale_collapse_halvings=(3, "halvings of the loss scale below its start-up search that make a collapse"),
     storm_records=(3, "consecutive iterations skipped for overflow after start-up: a storm"),
-    skipped_share=(0.25, "non-finite grad norms on more records than this are no longer occasional"),
+    skipped_share=(0.25, "non-finite grad norms (or DeepSpeed's skipped steps) on more records (steps) than this "
+                         "are no longer occasional"),
     startup_skip_records=(5, "... back to back only within this many first records (a scaler's start-up search)"),
     converged_share=(0.01, "a loss already below this share of its median before it printed 0.0 converged"),
     zero_loss_records=(2, "a loss exactly 0 to the end after being positive, for this many records"),
 )
+
+RUNNING_SKIPPED = "deepspeed/skipped_total"  # the megatron reader's name for DeepSpeed's running count
 
 RULES = declare(OVERFLOW, {
     "nonfinite_value": "loss or grad norm inf/NaN after being finite (or the loss from its first record)",
@@ -59,9 +62,10 @@ RULES = declare(OVERFLOW, {
    # a storm is the mechanism of the loss printed with it; a scaler that halves a few times and
    # settles is what a loss spike looks like from the scaler's side: downstream of divergence
    chain={"overflow_storm": 1.5, "loss_scale_collapse": 3.5},
-   thresholds={"saturated_value": ("saturation_abs", "fp16_max", "tie_records"),
+   thresholds={"saturated_value": ("saturation_abs", "fp16_max", "tie_records", "grad_blowup_factor"),
                "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
+               "skipped_iters_bf16": ("skipped_share",),
                "nonfinite_value": ("skipped_share", "startup_skip_records"), "lone_nonfinite": ("tie_records",), "nonfinite_lasting": ("tie_records", "large_spike"), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
@@ -132,6 +136,15 @@ def _counter_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None
     out: list[Finding] = []
     for canonical in ("nan_iters", "skipped_iters"):
         found = run.resolve(canonical)
+        if found is None and canonical == "skipped_iters" and run.get(RUNNING_SKIPPED) is not None:
+            # DeepSpeed's engine line counts the skipped steps since the start (``step=20,
+            # skipped=20``): the steps skipped since the record before (a restart starts it again)
+            total = run.get(RUNNING_SKIPPED).dropna()
+            steps = float(total.index[-1]) if len(total) else 0.0
+            # an fp16 scaler's start-up search skips a few steps of every run: only a count that
+            # grows with the run (over ``skipped_share`` of its steps) is evidence
+            if len(total) and steps > 0 and float(total.iloc[-1]) >= cfg.skipped_share * steps:
+                found = RUNNING_SKIPPED, total.diff().fillna(total).clip(lower=0)
         if found is None:
             continue
         name, counts = found
@@ -198,6 +211,8 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             near_max = (mag >= cfg.fp16_max * 0.999) & (mag <= cfg.fp16_max * 1.001)
             huge = mag >= cfg.saturation_abs
         sat = np.flatnonzero(near_max | huge)
+        if sat.size and not near_max[int(sat[0])] and _scale_or_climb(mag, int(sat[0]), cfg):
+            sat = np.empty(0, int)
         if sat.size:
             j = int(sat[0])
             step = int(s.index[j])
@@ -430,3 +445,14 @@ def detect_overflow(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                 f"failure ({found[0]} {ev.rec(found[1], found[1].dropna().index[0])} -> "
                                 f"{ev.rec(found[1], found[1].loc[:start_end].dropna().index[-1])})"))
     return findings
+
+
+def _scale_or_climb(mag: np.ndarray, j: int, cfg: DiagnoseConfig) -> bool:
+    """A value above the alarm limit that is no saturation: the series' own scale (its first record
+    is already there: a physics loss of 1e13), or the top of a climb (the record before it already
+    ``grad_blowup_factor`` times the median of those before: a loss growing for several records is
+    LABELS.md's divergence, not saturation mode's jump from normal values)."""
+    if j == 0:
+        return True
+    before = mag[:j - 1]
+    return bool(before.size) and float(mag[j - 1]) >= cfg.grad_blowup_factor * float(np.median(before))

@@ -59,7 +59,24 @@ def parse_tensorboard(src: SourceFile) -> ParsedLog:
 
 
 def sniff_tensorboard(src: SourceFile) -> float:
-    return 0.99 if b"brain.Event:" in src.head[:256] else 0.0
+    """An event file opens with its ``brain.Event:2`` version record; some writers leave it out, so
+    a file whose first record is a whole TFRecord (its length's and its payload's checksums right)
+    holding an Event's wall time (field 1, a double) is one too."""
+    head = src.head
+    if b"brain.Event:" in head[:256]:
+        return 0.99
+    if len(head) < 12 + 9 + 4:
+        return 0.0
+    import struct
+
+    from moeproxy.ingest.formats.tensorboard.crc32c import crc32c, masked
+
+    length, length_crc = struct.unpack_from("<QI", head, 0)
+    if int(masked(crc32c(head[:8]))) != length_crc or not 9 <= length <= len(head) - 16:
+        return 0.0
+    payload = head[12:12 + length]
+    (payload_crc,) = struct.unpack_from("<I", head, 12 + length)
+    return 0.99 if int(masked(crc32c(payload))) == payload_crc and payload[0] == 0x09 else 0.0
 
 
 register(LogFormat("tensorboard", "TensorBoard event files (scalars)", sniff_tensorboard, parse_tensorboard,
