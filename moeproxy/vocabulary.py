@@ -27,6 +27,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "train/policy_gradient_loss", "policy_gradient_loss",  # Stable-Baselines3 (its train/loss adds the value loss)
         "train/loss", "train/pg_loss",
         "train_loss", "train loss", "loss/policy_avg", "actor/loss",
+        "LossPi",  # OpenAI Spinning Up's policy loss (its critics' LossQ/LossV are value losses)
     ),
     "grad_norm": (
         "grad_norm", "grad norm", "grad-norm", "actor/grad_norm", "actor_grad_norm", "train/grad_norm",

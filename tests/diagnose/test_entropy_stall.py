@@ -82,3 +82,12 @@ def test_an_evaluation_reward_stands_in_for_a_training_reward_that_is_not_logged
     # without the evaluation reward there is no reward at all, and the blow-up rule has nothing to check
     del series["eval/mean_reward"]
     assert any(f["rule"] == "value_loss_blowup" for f in diagnose_series(series)["findings"])
+
+
+def test_spinning_up_critic_losses_are_value_losses():
+    from moeproxy.diagnose.detectors.divergence import VALUE_LOSS
+    from moeproxy.ingest.names import canonical_of
+
+    assert all(VALUE_LOSS.search(n) for n in ("LossQ", "LossQ1", "LossV", "train/q_loss"))
+    assert not any(VALUE_LOSS.search(n) for n in ("LossPi", "loss_quality"))
+    assert canonical_of("LossPi")[0] == "loss"

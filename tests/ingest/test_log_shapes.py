@@ -282,3 +282,12 @@ def test_bar_redraws_with_terminal_controls_do_not_hide_the_records_after_them(t
     parsed = parse_file(log)
     assert parsed.format == "printed-dicts"
     assert _wide(parsed)["grad_norm"].max() == 3.0 * 2 ** 7
+
+
+def test_a_headerless_csv_of_two_counters_and_a_value_is_read(tmp_path):
+    # d3rlpy writes each metric to its own headerless CSV: epoch, total step, value
+    log = tmp_path / "critic_loss.csv"
+    log.write_text("".join(f"{e},{1000 * e},{100.0 + e:.4f}\n" for e in range(1, 40)))
+    parsed = parse_file(log)
+    wide = _wide(parsed)
+    assert list(wide.index)[:2] == [1, 2] and wide.loc[2, "loss"] == 102.0

@@ -74,7 +74,8 @@ RULES = declare(DIVERGENCE, {
                "contradicted_by_validation": ("validation_rise",)})
 
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
-VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic_loss|loss/value|value loss)$",
+# (Spinning Up names its critics' losses ``LossQ``, ``LossQ1``, ``LossV``)
+VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic_loss|loss/value|value loss|q_loss|lossq\d?|lossv)$",
                         re.IGNORECASE)
 
 

@@ -11,7 +11,8 @@ header, headerless ``step value`` golden files, and bare values one per line.
   (arm names from a header that ends in ``x / y``, else 1 and 2), or columns that share a metric
   word under different prefixes (``Baseline Loss``, ``Test Loss``). Columns of neither kind go to
   every arm.
-- Headerless files: rows of exactly two numbers (``12 3.456``: integer step, value) and files of one
+- Headerless files: rows of exactly two numbers (``12 3.456``: integer step, value; or three,
+  ``1,1000,4.59``: two counters then the value, the first counter the step) and files of one
   value per line (``3.2207``, ``tensor(3.2207, device='cuda:0')``, no step: the record index is the
   step) are read as the loss; the summary says so.
 A common bracketed tag in front of every line (``[LOSS_COMPARE] ...``) is ignored.
@@ -201,18 +202,27 @@ def _arms(cols: dict[str, list]) -> tuple[list[str], dict[str, list[tuple[str, s
     return arm_names, routes
 
 
+def _bare_cells(line: str) -> list[str]:
+    """A headerless row's cells: split on a comma when the row has one (a CSV), else on spaces."""
+    return [c.strip() for c in line.split(",")] if "," in line else line.split()
+
+
 def _bare_values(lines: list[str]) -> tuple[list[int], list[float], int] | None:
     """Headerless ``step value`` rows, or one value per line (index = step), with the count of
     other lines (``...``, ``Saving the model``) skipped; the rows must be most of the file."""
-    rows = [l.split() if not l.strip().startswith(("tensor(", "np.", "torch.")) else [l.strip()]
+    rows = [_bare_cells(l) if not l.strip().startswith(("tensor(", "np.", "torch.")) else [l.strip()]
             for l in lines if l.strip()]
     if len(rows) < 2:
         return None
     pairs = []
     for r in rows:
-        if len(r) == 2:
-            a, b = _value(r[0]), _value(r[1])
-            if isinstance(a, float) and a.is_integer() and isinstance(b, float):  # nan, inf: no step
+        if len(r) in (2, 3):
+            # ``step value``; or ``epoch step value`` (d3rlpy's headerless metric CSVs): the first counter
+            # is the step, the last cell the value
+            a, b = _value(r[0]), _value(r[-1])
+            middle = _value(r[1]) if len(r) == 3 else 0.0
+            if (isinstance(a, float) and a.is_integer() and isinstance(b, float)  # nan, inf: no step
+                    and isinstance(middle, float) and middle.is_integer()):
                 pairs.append((int(a), b))
     if len(pairs) >= 3 and len(pairs) >= 0.6 * len(rows):
         steps = [p[0] for p in pairs]
