@@ -21,6 +21,7 @@ from moeproxy.vocabulary import ALIASES
 # canonical name -> other spellings accepted when the canonical one is missing (a frame that was
 # never canonicalised): the vocabulary's aliases, in their priority order
 FALLBACK_NAMES: dict[str, tuple[str, ...]] = ALIASES
+_REWARD_NAMES = frozenset(name.lower() for name in ALIASES["reward_mean"])
 
 
 RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
@@ -114,10 +115,9 @@ class RunSeries:
         found = self.resolve("reward_mean")
         if found is not None:
             return found
-        rewards = {name.lower() for name in (ALIASES["reward_mean"])}
         for name, s in self._series.items():
             head, _, rest = name.partition("/")
-            if head in ("eval", "val") and rest.lower() in rewards:
+            if head in ("eval", "val") and rest.lower() in _REWARD_NAMES:
                 return name, s
         return None
 

@@ -141,7 +141,7 @@ class Watcher:
         self._said: set[str] = set()
         self._once = False  # run(once=True): a store that cannot be written stops the watcher
         self._compacted = time.monotonic()
-        self._committed_at = 0.0  # when the last cycle stored rows (a catalog batches calm ones)
+        self._committed_at = float("-inf")  # when a cycle last stored rows (a catalog batches calm ones)
         self._peeked: dict[tuple[int, int], dict] = {}  # per file: the ranges its rows had, committed or not
         every = config.commit_every
         self.commit_every = every if every is not None else (3.0 if store.catalog is not None else 0.0)

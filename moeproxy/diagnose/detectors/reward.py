@@ -110,9 +110,8 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
         before = int(stays[0]) if stays.size else int(np.searchsorted(r.index.to_numpy(), shift.onset_step))
         width = noise * np.sqrt(1 / max(before, 1) + 1 / max(len(r) - before, 1))
     if shift is not None and shift.baseline - final >= max(0.8 * need, cfg.reward_noise_widths * width):
-        onset = shift.onset_step
-        return [Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_drop",
-                        f"{_rise_then(name, r, onset)} and stayed down (drop threshold {fmt(need)}); "
+        return [Finding(REWARD_COLLAPSE, shift.onset_step, CRITICAL, name, "reward_drop",
+                        f"{_rise_then(name, r, shift.onset_step)} and stayed down (drop threshold {fmt(need)}); "
                         f"{ev.median_of(ev.tail(r))}")]
     # a rising reward makes the rolling median lag below the peak: also compare with the peak
     after = r.iloc[peak_i + 1:]

@@ -32,22 +32,28 @@ MONITOR_COLUMNS = {"r": "episode_return", "l": "episode_length", "t": "time"}
 RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
-def _step_column(columns: list[str], df=None) -> str | None:
+def _step_column(columns: list[str], df=None) -> tuple[str | None, list[int | None] | None]:
     """The vocabulary's first step key among the columns, in any case (``Iteration``, ``Step``).
     With the table: of several step columns, the first whose counter never goes back (LABELS.md: the
     step is the counter the run's progress is reported in; Stable-Baselines3's ``time/iterations``
     starts again at each ``learn()`` call while ``time/total_timesteps`` runs on); when every one
-    goes back (a resumed run), the first."""
+    goes back (a resumed run), the first. Returns the column and its steps (``_steps``; None without
+    the table)."""
     lower = {}
     for c in columns:
         lower.setdefault(c.lower(), c)
     present = [lower[k.lower()] for k in STEP_COLUMNS if k.lower() in lower]
-    if df is not None and len(present) > 1:
-        for column in present:
-            counted = [s for s in _steps(df[column]) if s is not None]
-            if all(b >= a for a, b in zip(counted, counted[1:])):
-                return column
-    return present[0] if present else None
+    if not present:
+        return None, None
+    if df is None:
+        return present[0], None
+    parsed = {}
+    for column in present if len(present) > 1 else []:
+        parsed[column] = _steps(df[column])
+        counted = [s for s in parsed[column] if s is not None]
+        if all(b >= a for a, b in zip(counted, counted[1:])):
+            return column, parsed[column]
+    return present[0], parsed.get(present[0]) or _steps(df[present[0]])
 
 
 def _without_comment_lines(text: str) -> str:
@@ -117,7 +123,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
             record = {f"{names[i]}/{op}": vals[i] for op, (vals, present) in numeric.items() if present[i]}
             table.add_dict(step, record, rank=rank)
     else:
-        step_col = _step_column(columns, df)
+        step_col, steps = _step_column(columns, df)
         values = [c for c in columns if c != step_col and not c.endswith(("__MIN", "__MAX"))]
         prefixes = {c.split(" - ", 1)[0] for c in values if " - " in c}
         names = {c: (c.split(" - ", 1)[1] if len(prefixes) == 1 and " - " in c else c) for c in values}
@@ -127,7 +133,6 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         if prefixes:
             fmt, framework = "wandb-csv", "wandb"
         numeric = {c: col for c in values if (col := _numeric(df[c])) is not None}
-        steps = _steps(df[step_col]) if step_col else None
         rows = _wide_rows(steps, numeric, names, rank, len(df))
         if rows is None:  # the careful way: a record per row
             for i in range(len(df)):
@@ -221,7 +226,7 @@ def sniff_csv(src: SourceFile) -> float:
         return 0.0  # a header of names over mostly numeric cells, or it is not a table
     if ("vpp_stage" in header and "name" in header) or set(MONITOR_COLUMNS) <= set(header):
         return 0.9
-    if _step_column(header) is not None:
+    if _step_column(header)[0] is not None:
         return 0.85
     return 0.4
 
