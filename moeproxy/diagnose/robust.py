@@ -205,6 +205,15 @@ def _excess_over_trend(v: np.ndarray, kn: int, k: int, direction: int) -> float:
     return min(over_trend, over_level)
 
 
+def diff_noise(values: np.ndarray) -> float:
+    """The record-to-record noise sigma of a series that may trend: the robust spread (MAD, scaled to a
+    normal sigma) of its successive differences, divided by sqrt(2); 0 for fewer than three values."""
+    values = np.asarray(values, dtype=float)
+    if len(values) <= 2:
+        return 0.0
+    return float(np.median(np.abs(np.diff(values)))) * 1.4826 / np.sqrt(2)
+
+
 def edge_count(n: int, share: float = 0.1, minimum: int = 3) -> int:
     """How many records a start or end level takes of ``n``: ``share`` of them, at least ``minimum``
     (the one rule the levels and the evidence that quotes them share)."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from moeproxy.diagnose.robust import quarter_count
+from moeproxy.diagnose.robust import diff_noise, quarter_count
 from moeproxy.errors import InputError
 from moeproxy.vocabulary import ALIASES
 
@@ -147,7 +147,7 @@ class RunSeries:
             return None
         k = quarter_count(len(after))
         gain = float(np.median(after[-k:]) - np.median(after[:k]))
-        noise = float(np.median(np.abs(np.diff(r.to_numpy())))) * 1.4826 / np.sqrt(2) if len(r) > 2 else 0.0
+        noise = diff_noise(r.to_numpy())
         return name, gain, noise
 
     def reward_climbs_after(self, step) -> tuple[str, float, float] | None:

@@ -20,9 +20,9 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import find_departures, fmt, log10_positive
+from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive
 from moeproxy.diagnose.semantics import startup_end_step
-from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
 
@@ -468,6 +468,34 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     return out
 
 
+def _climb_start(s, at: int, reward, cfg: DiagnoseConfig) -> int:
+    """The step the lasting climb that ends in a value-loss blow-up started (LABELS.md: the onset is
+    where the anomaly becomes visible and then lasts): the record after the last one, before the
+    blow-up at position ``at``, still within twice the loss's first records; but not before the
+    reward's best record ahead of it (while the return climbs, a critic's error grows with the
+    return's scale: that is learning)."""
+    vals = s.to_numpy(dtype=float)
+    first_level = float(np.median(vals[:cfg.min_history]))
+    low = np.flatnonzero(vals[:at] <= 2 * first_level)
+    pos = int(low[-1]) + 1 if low.size else 0
+    if reward is not None:
+        r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
+        r = r[r.index < s.index[at]]
+        best = _reward_best(r) if len(r) >= cfg.min_history else None
+        if best is not None and best[1] - head_level(r.to_numpy()) > climb_margin(float(r.max()), diff_noise(r.to_numpy())):
+            pos = max(pos, int(np.searchsorted(s.index.to_numpy(), best[0], side="right")))
+    return int(s.index[min(pos, at)])
+
+
+def _reward_best(r) -> tuple[int, float] | None:
+    """(step, level) of a reward's best stretch: the top of its rolling median over a tenth of its
+    records (at least 3), so that one lucky episode is not its best."""
+    if r.empty:
+        return None
+    smooth = r.rolling(max(3, len(r) // 10), center=True, min_periods=1).median()
+    return int(smooth.idxmax()), float(smooth.max())
+
+
 def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     """An RL critic's loss ``grad_blowup_factor`` times its early level (an untrained critic's error,
     its usual high), repeatedly, with the reward falling as it does (if a reward is logged): the value
@@ -491,12 +519,24 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
         k = cfg.value_loss_reward_records
         before, after = r[r.index < first].tail(k), r[r.index >= first].head(k)
-        if len(before) < 2 or len(after) < 2 or float(after.median()) >= float(before.median()):
+        if len(before) < 2 or len(after) < 2:
             return None
-        fell = f", while {reward[0]} fell from {ev.median_of(before)} to {ev.median_of(after)}"
+        if float(after.median()) < float(before.median()):
+            fell = f", while {reward[0]} fell from {ev.median_of(before)} to {ev.median_of(after)}"
+        else:
+            best = _reward_best(r[r.index < first])
+            if best is None or best[1] - float(after.median()) <= climb_margin(float(r.max()), diff_noise(r.to_numpy())):
+                return None
+            fell = (f", with {reward[0]} already down from its best, a median {fmt(best[1])} around step {best[0]}, "
+                    f"to {ev.median_of(after)}")
     top = int(big[int(np.argmax(vals[big]))])
-    return Finding(DIVERGENCE, first, CRITICAL, name, "value_loss_blowup",
+    start = _climb_start(s, int(s.index.get_loc(first)), reward, cfg)
+    climb = ""
+    if start != first:
+        climb = (f"; the climb that led to it started at {ev.rec(s, start)} "
+                 f"({fmt(float(s.loc[start]) / float(np.median(vals[:cfg.min_history])))}x its first records)")
+    return Finding(DIVERGENCE, start, CRITICAL, name, "value_loss_blowup",
                    f"the value loss {name} reached {fmt(float(vals[top]))} at step {int(s.index[top])} "
                    f"({fmt(float(vals[top]) / early)}x its early level, a median of {fmt(early)}); {big.size} records at "
                    f"{fmt(cfg.grad_blowup_factor)}x or more, repeatedly from {ev.rec(s, first)}"
-                   + fell)
+                   + fell + climb)

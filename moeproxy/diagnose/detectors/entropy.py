@@ -29,12 +29,15 @@ thresholds(
     entropy_stall_share=(0.1, "a reward that gains at most this share of its whole rise once the entropy "
                               "collapsed has stalled (LABELS.md: 'reward flat or falling after')"),
     entropy_stall_span=(0.25, "... over at least this share of the run's records"),
+    entropy_rise_share=(0.1, "an entropy rise that came back counts as lasting only if it held over this share "
+                             "of the run's records (shorter: an exploration burst the policy sharpened back from)"),
 )
 
 RULES = declare(DIVERGENCE, {
     "entropy_blowup": "policy entropy x3 or more and staying: the policy blew up toward uniform output",
     "entropy_rise": "policy entropy doubled and staying (a warning)",
-}, damage=("entropy_blowup",), thresholds={"entropy_blowup": ("entropy_blowup_factor",)})
+}, damage=("entropy_blowup",), thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_rise_share",
+                                                                            "spike_recover_records")})
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
@@ -58,16 +61,34 @@ def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
     return None
 
 
-def _lasting_rise(s, cfg: DiagnoseConfig):
-    """The first doubling of the entropy that does not come back: rises that recovered (a policy
-    that spread out for a few updates, then sharpened again) are passed over."""
-    rest = s
-    while len(rest) > cfg.min_history:
-        rise = sustained_shift(rest, +1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history)
-        if rise is None or not rise.recovered:
-            return rise
-        rest = rest[rest.index > rise.end_step]
-    return None
+def _lasting_rises(s, start: float, cfg: DiagnoseConfig):
+    """(onset step, step it came back or None, level it held) of each doubling of the entropy over
+    its start level that lasts, in order: one still up at the last record, or one that held over
+    ``entropy_rise_share`` of the run (LABELS.md passes over a rise back within a few records; a
+    shorter burst is exploration the policy sharpened back from). Measured against the start, not a
+    rolling band: a policy that spreads out slowly over hundreds of records never leaves a band that
+    follows it. The level is a rolling median of ``spike_recover_records`` records, so lone spikes
+    neither start nor end a rise; a log that opens above the doubling is still in its early fall (the
+    start level is the median of its first records), which is no rise."""
+    k = int(cfg.spike_recover_records)
+    vals = s.to_numpy(dtype=float)
+    above = s.rolling(k, min_periods=1).median().to_numpy() >= 2 * start
+    n, i = len(vals), int(np.argmin(above)) if not above.all() else len(vals)
+    while i < n:
+        if not above[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and above[j]:
+            j += 1
+        if j == n or j - i >= max(k, cfg.entropy_rise_share * n):
+            # dated from the raw record from which it held above the doubling (the median lags)
+            first = max(0, i - k // 2)
+            raw = vals[first:j] >= 2 * start
+            on = first + int(np.argmax(raw)) if raw.any() else i
+            held = float(np.median(vals[on:j]))
+            yield int(s.index[on]), (int(s.index[j]) if j < n else None), held
+        i = j
 
 
 def _entropy(run: RunSeries, cfg: DiagnoseConfig):
@@ -92,27 +113,36 @@ def _levels(s) -> str:
 
 
 # registered before entropy_collapse: a run's findings keep the order they had when one detector
-# reported both (the two never fire on the same run: a blow-up ends at twice its start or more)
+# reported both (both fire on one run only when a blow-up came back and the entropy then collapsed)
 @register_detector("entropy_blowup", "policy entropy doubling (x3: critical) and staying up: divergence")
 def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     got = _entropy(run, cfg)
     if got is None:
         return []
     name, s, start, end = got
-    if not (start > 0 and end >= 2 * start):
+    if not start > 0:
         return []
-    rise = _lasting_rise(s, cfg)
-    if rise is None:
+    rises = list(_lasting_rises(s, start, cfg))
+    if not rises:
         return []
     # shared/LABELS.md: in RL the policy blowing up (entropy x3 or more, toward uniform
-    # output, and staying) is a divergence; doubling alone is a warning
-    blown = end >= cfg.entropy_blowup_factor * start
-    top = ev.extreme(s, rise.onset_step)
-    peak = f", peak {ev.rec(s, top[0])}" if top is not None and top[0] != rise.onset_step else ""
-    return [Finding(DIVERGENCE, rise.onset_step, CRITICAL if blown else WARNING, name,
+    # output, and staying) is a divergence; doubling alone is a warning. A rise is judged by the
+    # level it held while it lasted (one still up at the end, by the end's level too): the first
+    # that held x3 is the blow-up, else the first doubling is a warning
+    def level(rise):
+        return max(rise[2], end) if rise[1] is None else rise[2]
+
+    blowups = [r for r in rises if level(r) >= cfg.entropy_blowup_factor * start]
+    blown = bool(blowups)
+    onset, back, held = (blowups or rises)[0]
+    top = ev.extreme(s, onset, back)
+    peak = f", peak {ev.rec(s, top[0])}" if top is not None and top[0] != onset else ""
+    came = (f"; it came back at step {back} after holding a median {fmt(held)} ({fmt(held / start)}x)"
+            if back is not None else "")
+    return [Finding(DIVERGENCE, onset, CRITICAL if blown else WARNING, name,
                     "entropy_blowup" if blown else "entropy_rise",
-                    f"{name} rose {ev.move(s, rise.onset_step)} and stayed up{peak}; "
-                    f"{_levels(s)} ({fmt(end / start)}x): the policy "
+                    f"{name} rose {ev.move(s, onset)} and {'held' if back is not None else 'stayed up'}{peak}; "
+                    f"{_levels(s)} ({fmt(end / start)}x){came}: the policy "
                     + ("blew up toward uniform output" if blown else "is spreading out"))]
 
 
