@@ -133,6 +133,11 @@ STEP_KEYS: tuple[str, ...] = (
     "total timesteps",
 )
 
+# counters of whole epochs or episodes: a table's step when it has no step key and one of these counts
+# up by whole numbers, row after row (Spinning Up's ``Epoch``, a script's ``episode`` list); a table
+# with a step key keeps it (an HF Trainer's fractional ``epoch`` beside its ``step``)
+COUNTER_KEYS: tuple[str, ...] = ("epoch", "episode")
+
 # keys whose value is the step as a progress string "N/TOTAL" (ms-swift: "global_step/max_steps": "5/2169")
 FRACTION_STEP_KEYS: tuple[str, ...] = ("global_step/max_steps",)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from moeproxy.vocabulary import ALIASES, LAYER_PREFIX
+from moeproxy.vocabulary import ALIASES, CANONICAL, LAYER_PREFIX
 
 # Prefixes that W&B/TensorBoard exports put in front of a framework's own names.
 _PREFIXES = ("train/", "train_", "training/")
@@ -27,7 +27,8 @@ EXPERT_LOAD = re.compile(
     r"^(?:train/)?(?:moe/|routing/)?(?:expert_)?load[/_]layer[_/]?(\d+)[/_]expert[_/]?(\d+)$", re.IGNORECASE
 )
 
-_LOOKUP: dict[str, tuple[str, int]] = {}
+# a log that writes a canonical name means that metric: it outranks every alias of it
+_LOOKUP: dict[str, tuple[str, int]] = {_canon: (_canon, -1) for _canon in CANONICAL}
 for _canon, _names in ALIASES.items():
     for _rank, _name in enumerate(_names):
         _LOOKUP.setdefault(_name, (_canon, _rank))

@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from moeproxy.errors import InputError
-from moeproxy.vocabulary import STEP_KEYS
+from moeproxy.vocabulary import COUNTER_KEYS, STEP_KEYS
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
@@ -33,7 +33,8 @@ RANK_DIR = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def _step_column(columns: list[str], df=None) -> tuple[str | None, list[int | None] | None]:
-    """The vocabulary's first step key among the columns, in any case (``Iteration``, ``Step``).
+    """The vocabulary's first step key among the columns, in any case (``Iteration``, ``Step``); with
+    none, with the table, an epoch or episode counter (``COUNTER_KEYS``) that rises row after row.
     With the table: of several step columns, the first whose counter never goes back (LABELS.md: the
     step is the counter the run's progress is reported in; Stable-Baselines3's ``time/iterations``
     starts again at each ``learn()`` call while ``time/total_timesteps`` runs on); when every one
@@ -44,7 +45,12 @@ def _step_column(columns: list[str], df=None) -> tuple[str | None, list[int | No
         lower.setdefault(c.lower(), c)
     present = [lower[k.lower()] for k in STEP_COLUMNS if k.lower() in lower]
     if not present:
-        return None, None
+        counters = [lower[k] for k in COUNTER_KEYS if k in lower]
+        if not counters or df is None:
+            return None, None
+        steps = _steps(df[counters[0]])
+        rising = all(s is not None for s in steps) and all(b > a for a, b in zip(steps, steps[1:]))
+        return (counters[0], steps) if rising else (None, None)
     if df is None:
         return present[0], None
     parsed = {}

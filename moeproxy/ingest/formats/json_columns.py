@@ -8,7 +8,8 @@ scripts dump their history (Keras' ``history.history``, ``{"history": {"steps": 
   record, and is left out.
 - Lists of one length form one table: its step column is a list named for a step (the vocabulary's
   step keys, or their plural: ``steps``, ``iterations``, ``epochs``) or, for a second table,
-  a name holding one with a prefix (``val_steps``); else the position is the step.
+  a name holding one with a prefix (``val_steps``), else an epoch or episode counter (``episodes``);
+  else the position is the step.
 - A list named in the plural holds one metric: ``train_losses`` is stored as ``train_loss``,
   ``learning_rates`` as ``learning_rate`` (the last word made singular), as a log names them.
 """
@@ -25,7 +26,7 @@ from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 from moeproxy.ingest.table import LogTable
-from moeproxy.vocabulary import STEP_KEYS
+from moeproxy.vocabulary import COUNTER_KEYS, STEP_KEYS
 
 MIN_LENGTH = 3
 MAX_DEPTH = 3
@@ -54,9 +55,9 @@ def _best_object(doc, depth: int = 0) -> dict[str, list]:
     return best
 
 
-def _step_name(name: str) -> bool:
+def _step_name(name: str, keys=STEP_KEYS) -> bool:
     low = name.lower()
-    return low in STEP_KEYS or (low.endswith("s") and low[:-1] in STEP_KEYS)
+    return low in keys or (low.endswith("s") and low[:-1] in keys)
 
 
 def _is_counter(values: list) -> bool:
@@ -94,7 +95,8 @@ def parse_json_columns(src: SourceFile) -> ParsedLog:
     for n, names in sorted(by_length.items(), key=lambda item: -len(item[1])):
         counters = [c for c in names if _is_counter(columns[c])]
         step_col = next((c for c in counters if _step_name(c)), None) or next(
-            (c for c in counters if any(_step_name(part) for part in re.split(r"[_/.\s-]+", c))), None)
+            (c for c in counters if any(_step_name(part) for part in re.split(r"[_/.\s-]+", c))), None) or next(
+            (c for c in counters if _step_name(c, COUNTER_KEYS)), None)  # an epoch or episode count
         if step_col is None:
             from_index = True
         steps = [int(x) for x in columns[step_col]] if step_col else list(range(n))
