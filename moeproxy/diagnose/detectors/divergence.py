@@ -498,8 +498,9 @@ def _reward_best(r) -> tuple[int, float] | None:
 
 def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     """An RL critic's loss ``grad_blowup_factor`` times its early level (an untrained critic's error,
-    its usual high), repeatedly, with the reward falling as it does (if a reward is logged): the value
-    function blew up and took the policy with it. Its median is no yardstick: a critic that predicts a
+    its usual high), repeatedly, with the reward falling as it does, already down from its best, or
+    never having improved (if a reward is logged): the value function blew up and took the policy with
+    it, or never learned anything the return could explain. Its median is no yardstick: a critic that predicts a
     steady return well sits near 0 and any change in the episodes is 1000x that; and a value loss that
     grows with the return's scale while the reward climbs is learning."""
     s = series[np.isfinite(series.to_numpy(dtype=float))]
@@ -521,14 +522,18 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         before, after = r[r.index < first].tail(k), r[r.index >= first].head(k)
         if len(before) < 2 or len(after) < 2:
             return None
+        margin = climb_margin(float(r.max()), diff_noise(r.to_numpy()))
+        best = _reward_best(r[r.index < first])
         if float(after.median()) < float(before.median()):
             fell = f", while {reward[0]} fell from {ev.median_of(before)} to {ev.median_of(after)}"
-        else:
-            best = _reward_best(r[r.index < first])
-            if best is None or best[1] - float(after.median()) <= climb_margin(float(r.max()), diff_noise(r.to_numpy())):
-                return None
+        elif best is not None and best[1] - float(after.median()) > margin:
             fell = (f", with {reward[0]} already down from its best, a median {fmt(best[1])} around step {best[0]}, "
                     f"to {ev.median_of(after)}")
+        elif float(after.median()) - float(before.median()) <= margin and \
+                (best is None or best[1] - head_level(r.to_numpy()) <= margin):
+            fell = f", while {reward[0]} never improved (median {ev.median_of(after)} after it)"
+        else:
+            return None
     top = int(big[int(np.argmax(vals[big]))])
     start = _climb_start(s, int(s.index.get_loc(first)), reward, cfg)
     climb = ""
