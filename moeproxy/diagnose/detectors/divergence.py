@@ -530,8 +530,12 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
             fell = (f", with {reward[0]} already down from its best, a median {fmt(best[1])} around step {best[0]}, "
                     f"to {ev.median_of(after)}")
         elif float(after.median()) - float(before.median()) <= margin and \
-                (best is None or best[1] - head_level(r.to_numpy()) <= margin):
-            fell = f", while {reward[0]} never improved (median {ev.median_of(after)} after it)"
+                (best is None or best[1] - head_level(r.to_numpy()) <= margin) and \
+                np.sqrt(float(vals.max())) > float(np.abs(r.to_numpy()).max()):
+            # a squared error whose root exceeds every return seen: the critic predicts values no
+            # episode ever had (a critic fitting a constant return wobbling from 1e-8 to 1e-3 does not)
+            fell = (f", while {reward[0]} never improved (median {ev.median_of(after)} after it) and the critic's "
+                    f"error, sqrt {fmt(float(np.sqrt(vals.max())))}, is beyond every {reward[0]} seen")
         else:
             return None
     top = int(big[int(np.argmax(vals[big]))])

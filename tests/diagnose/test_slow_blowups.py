@@ -1,0 +1,72 @@
+"""Blow-ups that build up slowly, as deep-RL logs show them: a policy entropy climbing over hundreds
+of records (it never leaves a rolling band that follows it, so it is measured against its start), and
+a critic whose squared error grows from the first epochs (dated from where the lasting climb began,
+not before the return stopped rising)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from moeproxy.diagnose import diagnose_series
+
+
+def _policy(entropy, reward):
+    steps = np.arange(len(entropy))
+    return {"policy_entropy": pd.Series(entropy, index=steps), "reward_mean": pd.Series(reward, index=steps)}
+
+
+def test_an_entropy_climbing_slowly_for_good_is_a_blow_up_dated_where_it_doubled():
+    n = 1000
+    rng = np.random.default_rng(4)
+    entropy = 0.92 * np.exp(np.arange(n) / 400.0) + rng.normal(0, 0.02, n)  # x12 by the end, never a jump
+    reward = rng.normal(1.0, 0.8, n)                                          # flat and noisy
+    res = diagnose_series(_policy(entropy, reward))
+    assert res["verdict"] == "divergence", res["findings"]
+    assert res["findings"][0]["rule"] == "entropy_blowup"
+    doubled = int(np.argmax(entropy >= 2 * np.median(entropy[:50])))
+    assert abs(res["onset_step"] - doubled) <= 15, (res["onset_step"], doubled)  # judged on a rolling median
+
+
+def test_an_entropy_rise_that_held_a_third_of_the_run_then_came_back_still_counts():
+    n = 900
+    rng = np.random.default_rng(6)
+    entropy = np.concatenate([np.full(100, 1.0), np.linspace(1.0, 5.0, 250), np.linspace(5.0, 0.4, 550)])
+    entropy = entropy + rng.normal(0, 0.03, n)
+    res = diagnose_series(_policy(entropy, rng.normal(1.0, 0.5, n)))
+    assert res["verdict"] == "divergence" and 150 <= res["onset_step"] <= 180, res["findings"]
+
+
+def test_a_log_that_opens_in_the_entropy_early_fall_shows_no_rise():
+    n = 300
+    rng = np.random.default_rng(8)
+    entropy = 0.08 + 0.6 * np.exp(-np.arange(n) / 6.0) + rng.normal(0, 0.005, n)  # 0.68 -> 0.08 at once
+    res = diagnose_series(_policy(entropy, np.linspace(0.2, 0.8, n) + rng.normal(0, 0.02, n)))
+    assert not any(f["rule"] in ("entropy_blowup", "entropy_rise") for f in res["findings"]), res["findings"]
+
+
+def _critic(value_loss, reward):
+    steps = np.arange(1, len(reward) + 1)
+    return {"LossQ": pd.Series(value_loss, index=steps), "reward_mean": pd.Series(reward, index=steps)}
+
+
+def test_a_critic_growing_from_the_start_is_dated_after_the_return_stopped_rising():
+    n = 200
+    value_loss = 3.0 * 1.9 ** np.arange(n)                     # x4 an epoch early on, from the first epoch
+    reward = np.concatenate([[50, 60, 800, 6300, 4800, 2900, 2300], np.full(n - 7, 450.0)])
+    res = diagnose_series(_critic(value_loss, reward))
+    assert res["verdict"] == "divergence", res["findings"]
+    assert res["findings"][0]["rule"] == "value_loss_blowup"
+    assert res["onset_step"] == 5, res["findings"][0]          # the record after the return's best stretch
+
+
+def test_a_critic_blowing_up_beside_a_return_that_never_improved_is_divergence():
+    n = 50
+    rng = np.random.default_rng(2)
+    value_loss = np.concatenate([np.abs(rng.normal(0.05, 0.03, 25)), 1.4 * 3.0 ** np.arange(25)])
+    reward = np.full(n, -150.0) + rng.normal(0, 1.0, n)        # the goal is never reached
+    res = diagnose_series(_critic(value_loss, reward))
+    assert res["verdict"] == "divergence" and 24 <= res["onset_step"] <= 27, res["findings"]
+    # the same growth that stays small beside that return (its root below every return seen) is no blow-up
+    small = np.concatenate([np.full(25, 1e-8), np.full(25, 1e-3)])
+    assert not any(f["rule"] == "value_loss_blowup" for f in diagnose_series(_critic(small, reward))["findings"])

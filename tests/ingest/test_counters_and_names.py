@@ -1,0 +1,51 @@
+"""A table with no step key steps by its epoch or episode counter when that counter rises row after
+row (Spinning Up's ``Epoch``, a script's ``episode`` list), never by a column that goes back; and a log
+that writes a canonical name means that metric, whatever alias of it stands beside it."""
+
+from __future__ import annotations
+
+import json
+
+from moeproxy.ingest import parse_file
+
+
+def _by_metric(parsed):
+    frame = parsed.frame
+    return {m: dict(zip(g["step"], g["value"])) for m, g in frame.groupby("metric", observed=True)}
+
+
+def test_a_tab_table_with_an_epoch_column_steps_by_it(tmp_path):
+    log = tmp_path / "progress.txt"
+    rows = ["Epoch\tAverageEpRet\tLossQ"] + [f"{e}\t{100 + e}\t{0.5 * e}" for e in range(1, 21)]
+    log.write_text("\n".join(rows) + "\n")
+    parsed = parse_file(log)
+    metrics = _by_metric(parsed)
+    assert not parsed.step_from_index and sorted(metrics["LossQ"]) == list(range(1, 21))
+    assert "Epoch" not in metrics
+
+
+def test_an_epoch_column_that_goes_back_is_no_step(tmp_path):
+    log = tmp_path / "batches.csv"
+    rows = ["epoch,loss"] + [f"{b // 5},{2.0 - b / 100}" for b in range(20)]  # five rows an epoch
+    log.write_text("\n".join(rows) + "\n")
+    parsed = parse_file(log)
+    assert parsed.step_from_index and len(_by_metric(parsed)["loss"]) == 20
+
+
+def test_columnar_json_steps_by_its_episode_list(tmp_path):
+    log = tmp_path / "training_metrics.json"
+    episodes = list(range(0, 500, 10))
+    log.write_text(json.dumps({"episode": episodes, "avg_reward": [1.0 + e / 100 for e in episodes],
+                               "policy_entropy": [1.6 - e / 400 for e in episodes]}))
+    metrics = _by_metric(parse_file(log))
+    assert sorted(metrics["avg_reward"]) == episodes
+
+
+def test_a_canonical_name_outranks_an_alias_of_it():
+    from moeproxy.ingest.names import resolve_names
+
+    # thompson_entropy would stand for the policy entropy (a run label before "entropy") if the log
+    # had no better name for it; the column named policy_entropy itself is that metric
+    assert resolve_names(["thompson_entropy", "policy_entropy"]) == {
+        "thompson_entropy": "thompson_entropy", "policy_entropy": "policy_entropy"}
+    assert resolve_names(["thompson_entropy"]) == {"thompson_entropy": "policy_entropy"}
