@@ -135,7 +135,9 @@ def test_entropy_collapse_needs_a_stalled_reward():
     flat = 0.4 + 0.01 * np.sin(np.arange(n))
     rising = np.linspace(0.1, 0.9, n)
     res = diagnose_series({"policy_entropy": series(h), "reward_mean": series(flat)})
-    assert res["verdict"] == "entropy_collapse" and abs(res["onset_step"] - 61) <= 5
+    # dated by its fall into the floor (LABELS.md: the collapse is the entropy under 10-20 % of its
+    # start): from under 15 % at k = 66 back to the record after the last above 30 %, k = 64 (step 65)
+    assert res["verdict"] == "entropy_collapse" and abs(res["onset_step"] - 65) <= 1
     res = diagnose_series({"policy_entropy": series(h), "reward_mean": series(rising)})
     assert res["verdict"] == "healthy"
     assert any(f["rule"] == "entropy_drop_reward_rising" for f in res["findings"])

@@ -91,3 +91,19 @@ def test_spinning_up_critic_losses_are_value_losses():
     assert all(VALUE_LOSS.search(n) for n in ("LossQ", "LossQ1", "LossV", "train/q_loss"))
     assert not any(VALUE_LOSS.search(n) for n in ("LossPi", "loss_quality"))
     assert canonical_of("LossPi")[0] == "loss"
+
+
+def test_an_entropy_sliding_down_from_the_first_record_is_dated_where_it_neared_the_floor():
+    # Stable-Baselines3 PPO on a game: the entropy falls from uniform at the first rollout, the return
+    # stalls, and the policy ends deterministic. Its fall began at the first record; the collapse is
+    # visible where it got down near the floor (LABELS.md: entropy under 10-20 % of its start)
+    n = 300
+    steps = np.arange(512, 512 * (n + 1), 512)
+    k = np.arange(n)
+    entropy = 1.93 * np.exp(-k / 40.0) + 1e-5
+    rng = np.random.default_rng(11)
+    reward = np.where(k < 60, 1500 + 13 * k, 2280 - 8 * np.clip(k - 60, 0, 100)) + rng.normal(0, 20, n)
+    res = diagnose_series({"policy_entropy": pd.Series(entropy, index=steps), "reward_mean": pd.Series(reward, index=steps)})
+    assert res["verdict"] == "entropy_collapse", res["findings"]
+    into = int(np.argmax(entropy <= 0.3 * entropy[:15].mean()))  # the first record under twice the floor
+    assert abs(res["onset_step"] / 512 - 1 - into) <= 2, (res["onset_step"], into)

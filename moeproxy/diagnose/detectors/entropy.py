@@ -155,10 +155,15 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     vals = s.to_numpy()
     if not start > 0 or end > cfg.entropy_floor_fraction * start:  # (a rise is entropy_blowup's)
         return []
-    # a short baseline window follows the healthy early decay, so only the collapse departs
-    shift = sustained_shift(s, -1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history,
-                            window=max(5, len(s) // 10))
-    onset = shift.onset_step if shift else int(s.index[int(np.argmax(vals < 0.5 * start))])
+    # LABELS.md: the collapse is the entropy below 10-20 % of its start, so it is dated by its fall
+    # into the floor (``_into_floor_from``); when it never stays below it (it hovers at the floor),
+    # from where it fell for good (a short baseline window follows the healthy early decay, so only
+    # that departs)
+    onset = _into_floor_from(s, start, cfg)
+    if onset is None:
+        shift = sustained_shift(s, -1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history,
+                                window=max(5, len(s) // 10))
+        onset = shift.onset_step if shift else int(s.index[int(np.argmax(vals < 0.5 * start))])
     reward = run.reward_gain_after(onset)
     text = (f"{name} fell {ev.move(s, onset)}; {_levels(s)} "
             f"({fmt(100 * end / start)}% of the start, limit {fmt(100 * cfg.entropy_floor_fraction)}%)")
@@ -189,6 +194,20 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     else:
         text += "; no reward logged to confirm a stall"
     return [Finding(ENTROPY_COLLAPSE, onset, CRITICAL, name, "entropy_floor", text)]
+
+
+def _into_floor_from(s, start: float, cfg: DiagnoseConfig) -> int | None:
+    """The record the entropy's last fall into the floor began: from the first record below
+    ``entropy_floor_fraction`` of the start that it stays under (``_below_floor_from``), back to the
+    record after the last one still above twice the floor. A collapse that drops in a record or two is
+    dated where it dropped; one that slid down from the start of the run, where it neared the floor."""
+    at = _below_floor_from(s, start, cfg)
+    if at is None:
+        return None
+    vals = s.to_numpy(dtype=float)
+    pos = int(s.index.get_loc(at))
+    high = np.flatnonzero(vals[:pos] > 2 * cfg.entropy_floor_fraction * start)
+    return int(s.index[int(high[-1]) + 1]) if high.size else at
 
 
 def _below_floor_from(s, start: float, cfg: DiagnoseConfig) -> int | None:

@@ -1,0 +1,95 @@
+"""A Jupyter notebook (``.ipynb``) whose cell outputs hold a training log: the printed output of a
+training cell (Stable-Baselines' tables, Keras' epoch lines, a Trainer's dicts, a loop's prints) is a
+log like any other, kept in the notebook's JSON as each output's text.
+
+- The text read is every cell's outputs in order: a ``stream`` output's text, an ``execute_result``'s
+  or ``display_data``'s ``text/plain``, an ``error``'s ``ename: evalue`` line (a NaN guard stopping
+  the run is evidence); cell sources and images are not output.
+- That text is read as a log file of its own, its format detected as for any file, and stored as the
+  notebook's (path and sha256 of the notebook's bytes); the format is named ``notebook/<format>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from moeproxy.errors import InputError
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import SourceFile
+
+
+def _text(value) -> str:
+    """nbformat stores text as a string or as a list of lines (each with its newline)."""
+    if isinstance(value, list):
+        return "".join(v for v in value if isinstance(v, str))
+    return value if isinstance(value, str) else ""
+
+
+def output_text(doc: dict) -> tuple[str, int]:
+    """(the text of every cell output in order, how many outputs gave text)."""
+    parts: list[str] = []
+    cells = doc.get("cells")
+    if not isinstance(cells, list):  # nbformat 3 kept the cells in worksheets
+        cells = [c for ws in doc.get("worksheets") or [] if isinstance(ws, dict) for c in ws.get("cells") or []]
+    for cell in cells:
+        if not isinstance(cell, dict):
+            continue
+        for out in cell.get("outputs") or []:
+            if not isinstance(out, dict):
+                continue
+            kind = out.get("output_type")
+            if kind == "stream":
+                text = _text(out.get("text"))
+            elif kind in ("execute_result", "display_data", "pyout"):
+                data = out.get("data") if isinstance(out.get("data"), dict) else out
+                text = _text(data.get("text/plain") if "text/plain" in data else data.get("text"))
+            elif kind in ("error", "pyerr"):
+                text = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"
+            else:
+                text = ""
+            if text:
+                parts.append(text if text.endswith("\n") else text + "\n")
+    return "".join(parts), len(parts)
+
+
+def sniff_notebook(src: SourceFile) -> float:
+    if src.encoding is None:
+        return 0.0
+    head = src.head_text.lstrip()[:400]
+    if src.path.suffix.lower() == ".ipynb" and head.startswith("{"):
+        return 1.0
+    return 0.95 if head.startswith("{") and '"cells"' in head and '"cell_type"' in head else 0.0
+
+
+def parse_notebook(src: SourceFile) -> ParsedLog:
+    from moeproxy.ingest import parse_file
+
+    try:
+        doc = json.loads(src.read_text(whole=True))
+    except ValueError as exc:
+        raise InputError(f"{src.path}: a Jupyter notebook that is not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{src.path}: not a Jupyter notebook (its JSON is not an object)")
+    text, outputs = output_text(doc)
+    if not text.strip():
+        raise InputError(f"{src.path}: a Jupyter notebook with no cell output to read as a log")
+    with tempfile.TemporaryDirectory(prefix="moeproxy-nb-") as folder:
+        inner_path = Path(folder) / (src.path.stem + ".log")
+        inner_path.write_text(text, encoding="utf-8")
+        try:
+            inner = parse_file(inner_path)
+        except InputError as exc:
+            message = str(exc).replace(str(inner_path), f"{src.path} (its cell outputs)")
+            raise InputError(message) from None
+    notes = [f"read from the text of {outputs} cell output(s) of a Jupyter notebook"] + inner.notes
+    warnings = [w.replace(str(inner_path), f"{src.path} (its cell outputs)").replace(os.path.basename(inner_path), src.path.name)
+                for w in inner.warnings]
+    return ParsedLog(src.path, f"notebook/{inner.format}", inner.framework, src.sha256, inner.rows,
+                     inner.skipped_lines, inner.step_from_index, notes=notes, warnings=warnings, arms=inner.arms)
+
+
+register(LogFormat("notebook", "a Jupyter notebook: the training log printed in its cell outputs",
+                   sniff_notebook, parse_notebook, top_score=1.0, appendable=False, priority=5))
