@@ -24,13 +24,17 @@ thresholds(
     kl_ref_blowup=(100.0, "LABELS.md: KL to the reference x100 over its early level and staying"),
     kl_floor=(0.05, "new-vs-old KL (ppo_kl): ~1.5x a target of 0.01 is already large"),
     kl_ref_floor=(0.1, "KL to the reference grows from 0 by design; only large values count"),
+    ppo_kl_ceiling=(1.0, "new-vs-old KL per update at or above this (20x the 0.05 PPO already stops at), from a "
+                         "record on to the end at its median: every update leaves the trust region"),
 )
 
 RULES = declare(DIVERGENCE, {
     "kl_rise": "new-vs-old KL (or KL to the reference) 10x its median and staying",
     "kl_ref_blowup": "KL to the reference 100x its early level and staying",
-}, damage=("kl_rise", "kl_ref_blowup"),
-   thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_floor")})
+    "ppo_kl_out_of_region": "new-vs-old KL at 1 nat or more per update, staying: no update stays in the trust region",
+}, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region"),
+   thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_floor"),
+               "ppo_kl_out_of_region": ("ppo_kl_ceiling",)})
 
 
 @register_detector("kl_explosion", "KL to reference (x100) or new-vs-old KL (x10) explodes and stays up: divergence")
@@ -43,6 +47,11 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         name, s = found
         s = s[np.isfinite(s.to_numpy())]
         floor = cfg.kl_floor
+        if canonical == "ppo_kl":
+            hit = _out_of_trust_region(name, s, cfg)
+            if hit is not None:
+                out.append(hit)
+                continue
         if canonical == "kl":
             hit = _reference_kl_blowup(name, s, cfg)
             if hit is not None:
@@ -55,14 +64,37 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         shift = sustained_shift(s, +1, factor=cfg.kl_factor, z=cfg.robust_z, min_history=cfg.min_history)
         if shift is None or shift.peak < floor:
             continue
-        if canonical == "kl" and float(np.median(s[s.index >= shift.onset_step].to_numpy())) < floor:
-            continue  # LABELS.md: a KL to the reference that rises slowly and settles low (a spike is not its level)
+        if float(np.median(s[s.index >= shift.onset_step].to_numpy())) < floor:
+            # LABELS.md: a KL that rises slowly and settles low is no blow-up (a spike is not its level);
+            # a new-vs-old KL settling at PPO's usual 0.01-0.03 after tiny first updates is training
+            continue
         base = ev.baseline(s, shift, positive=True)
         level = ev.median_of(base, ev.baseline(s, shift))
         out.append(Finding(DIVERGENCE, shift.onset_step, CRITICAL, name, "kl_rise",
                            f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
                            f"({ev.ratio(shift.peak, ev.median_value(base))} the {level} before the rise)"))
     return out
+
+
+def _out_of_trust_region(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
+    """New-vs-old KL at ``ppo_kl_ceiling`` or more from a record on, at its median to the end (and
+    that record's value): every update moves the policy far outside the region PPO's clipping is
+    meant to keep it in, however early that starts (a run blown up from its first update has no
+    early level to rise from)."""
+    vals = s.to_numpy(dtype=float)
+    if len(vals) <= cfg.min_history:
+        return None
+    # the median of the records from each one to the end, from the last record backwards
+    above = np.flatnonzero(vals >= cfg.ppo_kl_ceiling)
+    for i in above:
+        if float(np.median(vals[i:])) >= cfg.ppo_kl_ceiling and len(vals) - i > cfg.min_history:
+            onset = int(s.index[i])
+            return Finding(DIVERGENCE, onset, CRITICAL, name, "ppo_kl_out_of_region",
+                           f"{name} at {ev.rec(s, onset)} and a median {ev.median_of(s[s.index >= onset])} from "
+                           f"there (at or above {fmt(cfg.ppo_kl_ceiling)} nat per update, 20x where PPO already "
+                           f"stops): every update leaves the trust region")
+        break  # later records above it have a smaller share of the run behind them: checked once
+    return None
 
 
 def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
