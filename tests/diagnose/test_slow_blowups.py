@@ -70,3 +70,18 @@ def test_a_critic_blowing_up_beside_a_return_that_never_improved_is_divergence()
     # the same growth that stays small beside that return (its root below every return seen) is no blow-up
     small = np.concatenate([np.full(25, 1e-8), np.full(25, 1e-3)])
     assert not any(f["rule"] == "value_loss_blowup" for f in diagnose_series(_critic(small, reward))["findings"])
+
+
+def test_a_critic_climbing_through_its_first_tenth_is_measured_from_its_first_records():
+    # Stable-Baselines3 DDPG: the critic's loss climbs x1e5 over the first fifth (already x1e4 by the
+    # end of the first tenth, so a tenth's median hides it) while the return never gets better
+    n = 1000
+    rng = np.random.default_rng(12)
+    value_loss = np.concatenate([17.0 * 1.25 ** np.arange(60), np.full(n - 60, 17.0 * 1.25 ** 60)])
+    value_loss = value_loss * np.exp(rng.normal(0, 0.1, n))
+    reward = -7800 + rng.normal(0, 400, n)
+    res = diagnose_series(_critic(value_loss, reward))
+    assert res["verdict"] == "divergence", res["findings"]
+    # with no reward logged, learning cannot be told from a blow-up: the first tenth is the yardstick
+    assert not any(f["rule"] == "value_loss_blowup"
+                   for f in diagnose_series({"LossQ": pd.Series(value_loss, index=np.arange(1, n + 1))})["findings"])

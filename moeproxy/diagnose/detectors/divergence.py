@@ -43,6 +43,8 @@ thresholds(
     large_spike=(10.0, "Megatron's SPIKY_LOSS_FACTOR: a spike that may have done damage"),
     huge_spike=(100.0, "a record this many times the median before it: a blow-up on sight"),
     zero_advantage=(0.01, "RL grad norms below this share of the usual level: equal-reward groups"),
+    value_error_share=(0.1, "beside a reward that never improved, a value-loss blow-up counts when the critic's "
+                            "error (the root of its squared loss) reaches this share of the largest return seen"),
     value_loss_reward_records=(10, "a value-loss blow-up counts when the reward over this many records from it "
                                    "is below that over as many before it"),
 )
@@ -70,7 +72,8 @@ RULES = declare(DIVERGENCE, {
                "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"),
-               "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "value_loss_reward_records"),
+               "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "value_loss_reward_records",
+                                     "value_error_share"),
                "contradicted_by_validation": ("validation_rise",)})
 
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
@@ -500,21 +503,24 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     """An RL critic's loss ``grad_blowup_factor`` times its early level (an untrained critic's error,
     its usual high), repeatedly, with the reward falling as it does, already down from its best, or
     never having improved (if a reward is logged): the value function blew up and took the policy with
-    it, or never learned anything the return could explain. Its median is no yardstick: a critic that predicts a
-    steady return well sits near 0 and any change in the episodes is 1000x that; and a value loss that
-    grows with the return's scale while the reward climbs is learning."""
+    it, or never learned anything the return could explain. Its median is no yardstick: a critic that
+    predicts a steady return well sits near 0 and any change in the episodes is 1000x that; and a value
+    loss that grows with the return's scale while the reward climbs is learning. The early level is
+    its first records (a fiftieth of the run, at least ``min_history``): a critic that blows up from
+    the first epochs has no longer calm stretch. With no reward logged to tell learning from a blow-up,
+    it is the untrained critic's usual high instead, over the first tenth."""
     s = series[np.isfinite(series.to_numpy(dtype=float))]
     vals = s.to_numpy(dtype=float)
     if len(vals) < 2 * cfg.min_history:
         return None
-    early = float(np.median(vals[:max(cfg.min_history, len(vals) // 10)]))
+    reward = run.resolve_reward()
+    early = float(np.median(vals[:max(cfg.min_history, len(vals) // (50 if reward is not None else 10))]))
     if early <= 0:
         return None
     big = np.flatnonzero(vals >= cfg.grad_blowup_factor * early)
     if big.size < 2:
         return None
     first = int(s.index[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
-    reward = run.resolve_reward()
     fell = ""
     if reward is not None:
         r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
@@ -531,11 +537,13 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
                     f"to {ev.median_of(after)}")
         elif float(after.median()) - float(before.median()) <= margin and \
                 (best is None or best[1] - head_level(r.to_numpy()) <= margin) and \
-                np.sqrt(float(vals.max())) > float(np.abs(r.to_numpy()).max()):
-            # a squared error whose root exceeds every return seen: the critic predicts values no
-            # episode ever had (a critic fitting a constant return wobbling from 1e-8 to 1e-3 does not)
+                np.sqrt(float(vals.max())) > cfg.value_error_share * float(np.abs(r.to_numpy()).max()):
+            # a squared error whose root is a good share of the largest return seen: the critic is
+            # far off in the return's own units (one fitting a constant return of -3 that wobbles from
+            # 1e-8 to 1e-3, an error of 0.03, is not)
             fell = (f", while {reward[0]} never improved (median {ev.median_of(after)} after it) and the critic's "
-                    f"error, sqrt {fmt(float(np.sqrt(vals.max())))}, is beyond every {reward[0]} seen")
+                    f"error, sqrt {fmt(float(np.sqrt(vals.max())))}, is {fmt(100 * cfg.value_error_share)}% or more "
+                    f"of the largest {reward[0]} seen")
         else:
             return None
     top = int(big[int(np.argmax(vals[big]))])
