@@ -152,12 +152,24 @@ class RunSeries:
 
     def reward_climbs_after(self, step) -> tuple[str, float, float] | None:
         """``reward_gain_after`` when the reward kept climbing from ``step``: a gain over three noise
-        widths and over 2 % of its largest value (sharpening or learning, not a collapse)."""
+        widths and over 2 % of its largest value, to above its level just before ``step`` (sharpening
+        or learning, not a collapse; nor a fall that bounced partly back)."""
         gained = self.reward_gain_after(step)
         if gained is None:
             return None
         name, gain, noise = gained
-        return gained if gain > climb_margin(float(self.get(name).max()), noise) else None
+        if gain <= climb_margin(float(self.get(name).max()), noise):
+            return None
+        # a reward that fell with ``step`` and bounced part of the way back is no climb: it must end
+        # above where it was just before ``step``
+        r = self.get(name)
+        r = r[np.isfinite(r.to_numpy())]
+        after = r[r.index >= step].to_numpy()
+        k = quarter_count(len(after))
+        before = r[r.index < step].to_numpy()[-k:]
+        if len(before) and float(np.median(after[-k:])) <= float(np.median(before)):
+            return None
+        return gained
 
     def matching(self, predicate) -> Iterable[tuple[str, pd.Series]]:
         return [(n, s) for n, s in self._series.items() if predicate(n)]

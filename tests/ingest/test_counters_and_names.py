@@ -49,3 +49,21 @@ def test_a_canonical_name_outranks_an_alias_of_it():
     assert resolve_names(["thompson_entropy", "policy_entropy"]) == {
         "thompson_entropy": "thompson_entropy", "policy_entropy": "policy_entropy"}
     assert resolve_names(["thompson_entropy"]) == {"thompson_entropy": "policy_entropy"}
+
+
+def test_stable_baselines_2_flat_boxes_after_a_preamble(tmp_path):
+    # stable-baselines (version 2) PPO2: flat boxes (no sections), one env's reward printed as [x],
+    # after a long preamble of warnings; a Markdown table (with its |---| separator) is not a box
+    box = ["-" * 40, "| approxkl           | 0.0009     |", "| episode_reward     | [{r}] |",
+           "| n_updates          | {u}          |", "| policy_entropy     | {e}     |",
+           "| total_timesteps    | {t}        |", "| value_loss         | 0.54      |", "-" * 40, "0"]
+    lines = [f"/opt/site-packages/tf/dtypes.py:{i}: FutureWarning: Passing (type, 1)" for i in range(120)]
+    for u in range(1, 41):
+        lines += [row.format(r=-600.0 + u, u=u, e=0.69 * 0.95 ** u, t=128 * u) for row in box]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    assert parsed.format == "key-value-boxes"
+    metrics = _by_metric(parsed)
+    assert sorted(metrics["episode_reward"].values()) == [-600.0 + u for u in range(1, 41)]
+    assert sorted(metrics["policy_entropy"]) == [128 * u for u in range(1, 41)]  # stepped by total_timesteps

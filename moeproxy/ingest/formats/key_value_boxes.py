@@ -15,6 +15,8 @@ output of Stable-Baselines3's logger (and of the RL code that copies it)::
 - A box is one record; its step is the first of the vocabulary's step keys it holds
   (``time/iterations``, SB3's rollout-and-update counter: LABELS.md's "rollout step"; the
   environment steps, ``time/total_timesteps``, stay a metric), else its position.
+- stable-baselines (version 2) prints flat boxes without sections, and a vectorised env's value of one
+  env as a one-element list (``| episode_reward | [-632.99] |``): read as the number.
 - Lines between boxes (prints, warnings, evaluation lines) are skipped and counted. A box that a
   followed file's chunk ends inside is carried to the next chunk (``ParsedLog.carry``).
 """
@@ -33,6 +35,8 @@ from moeproxy.vocabulary import STEP_KEYS
 RULE = re.compile(r"^\s*-{10,}\s*$")
 ROW = re.compile(r"^\s*\|( *)([^|]*?)\s*\|\s*([^|]*?)\s*\|\s*$")
 SECTION = re.compile(r"^\s*\|\s*[A-Za-z][\w./-]*/\s*\|\s*\|\s*$")
+ONE_ELEMENT = re.compile(r"^\s*\[\s*[^\[\],\s]+\s*\]\s*$")
+MARKDOWN_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)+\|?\s*$")
 
 
 class _Boxes:
@@ -70,6 +74,8 @@ class _Boxes:
             self.section = name
             return
         value = parse_number(raw)
+        if value is None and ONE_ELEMENT.match(raw):  # stable-baselines 2 prints one env's value as [x]
+            value = parse_number(raw.strip()[1:-1])
         if value is None:
             self.skipped += 1
             return
@@ -98,7 +104,13 @@ def sniff_key_value_boxes(src: SourceFile) -> float:
     sections = sum(1 for line in lines if SECTION.match(line))
     rows = sum(1 for line in lines if ROW.match(line)) - sections
     # one box's opening rule, a section and a value row already tell (a watched file's first look)
-    return 0.85 if rules >= 1 and sections >= 1 and rows >= 1 else 0.0
+    if rules >= 1 and sections >= 1 and rows >= 1:
+        return 0.85
+    # stable-baselines (version 2) prints flat boxes, no sections: a whole box, its two dashed rules
+    # around key/value rows, and no Markdown header separator (``|---|---|``: a table, not a box)
+    if rules >= 2 and rows >= 3 and not any(MARKDOWN_SEPARATOR.match(line) for line in lines):
+        return 0.85
+    return 0.0
 
 
 register(LogFormat("key-value-boxes", "key/value boxes between dashed lines (Stable-Baselines3's console logger)",
