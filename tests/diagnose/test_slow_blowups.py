@@ -85,3 +85,15 @@ def test_a_critic_climbing_through_its_first_tenth_is_measured_from_its_first_re
     # with no reward logged, learning cannot be told from a blow-up: the first tenth is the yardstick
     assert not any(f["rule"] == "value_loss_blowup"
                    for f in diagnose_series({"LossQ": pd.Series(value_loss, index=np.arange(1, n + 1))})["findings"])
+
+
+def test_a_critic_whose_error_grew_with_the_return_it_learned_is_no_blow_up():
+    # DDPG learning: the return climbs x9 (200 -> 1800) and the critic's squared error x80 with it
+    # (its root x9); later the return wobbles down by noise. The error grew with the return's scale
+    n = 600
+    rng = np.random.default_rng(13)
+    ramp = np.minimum(np.arange(n) / 100.0, 1.0)
+    reward = 200 + 1600 * ramp + rng.normal(0, 120, n)
+    value_loss = 300.0 * (1 + 8 * ramp) ** 2 * np.exp(rng.normal(0, 0.3, n))
+    res = diagnose_series(_critic(value_loss, reward))
+    assert not any(f["rule"] == "value_loss_blowup" for f in res["findings"]), res["findings"]
