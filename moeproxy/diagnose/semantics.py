@@ -133,6 +133,19 @@ def _empty_updates(run: RunSeries) -> pd.Index:
     return both[zero]
 
 
+def zero_advantage_steps(run: RunSeries) -> pd.Index:
+    """Steps of an RL run whose policy loss is exactly 0: every group's rewards were equal (LABELS.md,
+    healthy), so no policy gradient flowed; what grad norm such a step shows comes from other terms
+    (an MoE's load-balancing loss, a KL term) and says nothing about the policy's stability."""
+    if not run.is_rl:
+        return pd.Index([], dtype="int64")
+    loss = run.resolve("loss")
+    if loss is None:
+        return pd.Index([], dtype="int64")
+    s = loss[1]
+    return s.index[s.to_numpy() == 0]
+
+
 def startup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
     """Last step of the fp16 loss-scale search at start-up, or None (bf16 / no scaler logged).
     fp16 scalers begin their search high (2^16 DeepSpeed and torch GradScaler, 2^32 Megatron): a run

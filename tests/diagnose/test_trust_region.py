@@ -36,3 +36,20 @@ def test_a_kl_rising_from_tiny_first_updates_to_its_usual_level_is_training():
     reward = 500 + 2 * np.arange(n) + rng.normal(0, 20, n)
     res = diagnose_series(_ppo(kl, reward))
     assert res["verdict"] == "healthy", res["findings"]
+
+
+def test_steps_with_no_policy_gradient_are_no_baseline_for_a_spike():
+    # GRPO on a model that already solves most tasks: on most steps every group's rewards are equal,
+    # the policy loss is exactly 0 and the grad norm is only an MoE load-balancing loss's (~0.004);
+    # the steps that do learn show grad norms of 0.3-1.5. Those are not spikes x300 over 0.004
+    rng = np.random.default_rng(14)
+    n = 45
+    learn = np.zeros(n, dtype=bool)
+    learn[[0, 4, 10, 13, 21, 24, 26, 27, 28, 30, 33, 35, 41]] = True
+    grad = np.where(learn, rng.uniform(0.1, 1.5, n), rng.uniform(0.0025, 0.0045, n))
+    loss = np.where(learn, rng.normal(-0.001, 0.0005, n), 0.0)
+    reward = np.where(learn, rng.uniform(0.95, 0.99, n), 1.0)
+    steps = np.arange(1, n + 1)
+    res = diagnose_series({"grad_norm": pd.Series(grad, index=steps), "loss": pd.Series(loss, index=steps),
+                           "reward_mean": pd.Series(reward, index=steps)})
+    assert res["verdict"] == "healthy", res["findings"]

@@ -21,7 +21,7 @@ from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive
-from moeproxy.diagnose.semantics import startup_end_step
+from moeproxy.diagnose.semantics import startup_end_step, zero_advantage_steps
 from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -103,10 +103,14 @@ def _candidates(run: RunSeries) -> list[tuple[str, str]]:
 
 
 
-def _zero_advantage_masked(series, cfg: DiagnoseConfig):
+def _zero_advantage_masked(series, cfg: DiagnoseConfig, idle=None):
     """GRPO steps whose groups all had equal rewards carry (almost) no gradient: grad norm and loss
     are ~0 there by design. Such records say nothing about stability, and a jump back from them is
-    not a spike: they are masked (NaN) for the spike rules."""
+    not a spike: they are masked (NaN) for the spike rules. ``idle``: the steps whose policy loss is
+    exactly 0 (``semantics.zero_advantage_steps``), masked whatever their grad norm (when most steps
+    are idle, the usual level is theirs and a quantile cannot tell them)."""
+    if idle is not None and len(idle):
+        series = series.mask(series.index.isin(idle))
     vals = series.to_numpy(dtype=float)
     finite = vals[np.isfinite(vals) & (vals > 0)]
     if finite.size < 3:
@@ -187,13 +191,14 @@ def _loss_kept_falling(loss, first, last) -> bool:
 
 
 def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
-                             start_end: int | None, rl: bool = False, loss=None) -> list[Finding]:
-    """``loss``: the run's loss, given for a grad-norm series of a run that is not RL."""
+                             start_end: int | None, rl: bool = False, loss=None, idle=None) -> list[Finding]:
+    """``loss``: the run's loss, given for a grad-norm series of a run that is not RL. ``idle``: an
+    RL run's steps with no policy gradient (``_zero_advantage_masked``)."""
     if start_end is not None:
         series = series[series.index > start_end]
     raw = series  # the records as logged: what the evidence quotes
     if rl and kind == "grad":
-        series = _zero_advantage_masked(series, cfg)
+        series = _zero_advantage_masked(series, cfg, idle)
     vals = series.to_numpy()
     steps = series.index.to_numpy()
     with np.errstate(invalid="ignore"):
@@ -365,7 +370,7 @@ def _blowup_onset(big, cluster: int) -> int:
 
 
 def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str, shown: str,
-                     floor: float = 0.0, loss=None) -> Finding | None:
+                     floor: float = 0.0, loss=None, idle=None) -> Finding | None:
     """LABELS.md "grad norm x100 repeatedly": at least two records ``grad_blowup_factor`` times the
     run's median (of the magnitudes: an RL policy loss is signed; an RL run's zero-advantage records
     left out), dated by ``_blowup_onset``; a run that starts blown up is dated from its first record.
@@ -375,7 +380,7 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
     are not out of its range."""
     full = series.abs() if rl else series
     if rl:
-        series = _zero_advantage_masked(series.abs(), cfg)
+        series = _zero_advantage_masked(series.abs(), cfg, idle)
     vals = series.to_numpy(dtype=float)
     ok = np.isfinite(vals) & (vals > 0)
     if ok.sum() < 4:
@@ -436,13 +441,14 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run, cfg)
     out: list[Finding] = []
     rl = run.is_rl
+    idle = zero_advantage_steps(run)
     for name, kind in _candidates(run):
         loss = run.resolve("loss") if kind == "grad" and not rl else None
         found = detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,
-                                         loss[1] if loss is not None else None)
+                                         loss[1] if loss is not None else None, idle)
         if kind == "grad" and not any(f.severity == CRITICAL for f in found):
             hit = _repeated_blowup(name, run.get(name), cfg, rl, "grad_blowup", name,
-                                   loss=loss[1] if loss is not None else None)
+                                   loss=loss[1] if loss is not None else None, idle=idle)
             if hit is not None:
                 found.append(hit)
         if kind == "loss":
