@@ -50,13 +50,16 @@ def main(argv=None) -> int:
     add_shape_options(parser)
     parser.add_argument("--table-only", action="store_true",
                         help="tabulate the pairs already in OUT (fidelity.json) without running any")
+    parser.add_argument("--rediagnose", action="store_true",
+                        help="with --resume or --table-only: read each kept pair's stored logs again with the "
+                             "current diagnosis (after a change to its rules)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     spec = GridSpec(out=Path(args.out), scenarios=args.scenarios, ratios=args.ratios, seeds=args.seeds,
                     steps=args.steps, heal_steps=args.heal_steps, baselines=args.baselines,
                     baseline_ratios=args.baseline_ratios, baseline_seeds=args.baseline_seeds,
                     shape=shape_of(args), pretrain_steps=args.pretrain_steps, resume=args.resume,
-                    table_only=args.table_only)
+                    table_only=args.table_only, rediagnose=args.rediagnose)
     rows = run_grid(spec, progress=lambda line: print(line, flush=True))
     out = spec.out
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")

@@ -105,3 +105,28 @@ def test_card_headlines_come_from_the_library():
                                   ("cost ratio step_time (proxy/full)", "0.25")]
     assert card_metrics({})[:3] == [("verdict match", "n/a"), ("onset delta (steps)", "n/a"),
                                     ("onset relative difference", "n/a")]
+
+
+def test_a_kept_grid_pair_is_read_again_with_the_current_diagnosis(tmp_path):
+    import json
+
+    from moeproxy.repro.grid import rediagnose
+
+    def log(path, nan_from=None):
+        with open(path, "w") as fh:
+            for step in range(1, 41):
+                loss = float("nan") if nan_from is not None and step >= nan_from else 2.0 - step / 100
+                fh.write(json.dumps({"step": step, "loss": loss, "grad_norm": 1.0}) + "\n")
+
+    log(tmp_path / "full.jsonl", nan_from=25)
+    log(tmp_path / "proxy.jsonl", nan_from=24)
+    kept = {"full": {"verdict": "divergence", "onset_step": 3, "run": "f"}, "proxy": {"verdict": "healthy", "onset_step": None},
+            "verdict_match": False, "onset_relative_difference": None, "correlations": {"loss": 0.9}}
+    again = rediagnose(tmp_path, kept)
+    assert again["full"]["verdict"] == again["proxy"]["verdict"] == "overflow"
+    assert (again["full"]["onset_step"], again["proxy"]["onset_step"]) == (25, 24)
+    assert again["verdict_match"] and again["onset_relative_difference"] == 0.04
+    assert again["full"]["run"] == "f" and again["correlations"] == {"loss": 0.9}  # the run's own figures stay
+    (tmp_path / "proxy.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="proxy.jsonl"):
+        rediagnose(tmp_path, kept)

@@ -40,6 +40,7 @@ class GridSpec:
     dense_pretrain_steps: int = 500
     resume: bool = False
     table_only: bool = False
+    rediagnose: bool = False  # a kept pair's stored logs read again with the current diagnosis
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -81,7 +82,12 @@ def run_grid(spec: GridSpec, progress: Callable[[str], None] = print) -> list[di
         fidelity = where / "fidelity.json"
         if (spec.resume or spec.table_only) and fidelity.is_file():
             result = json.loads(fidelity.read_text())
-            progress(f"[{n}/{len(plan)}] {scenario} {kind} r={ratio:g} seed={seed}: kept from {fidelity}")
+            if spec.rediagnose:
+                result = rediagnose(where, result)
+                fidelity.write_text(json.dumps(result, indent=1) + "\n")
+            progress(f"[{n}/{len(plan)}] {scenario} {kind} r={ratio:g} seed={seed}: kept from {fidelity}"
+                     + (f", read again: full {result['full']['verdict']}@{result['full']['onset_step']} proxy "
+                        f"{result['proxy']['verdict']}@{result['proxy']['onset_step']}" if spec.rediagnose else ""))
         elif spec.table_only:
             continue
         else:
@@ -108,6 +114,32 @@ def run_grid(spec: GridSpec, progress: Callable[[str], None] = print) -> list[di
             built[(ratio, seed)] = where / "proxy"
         rows.append(row_of(scenario, kind, ratio, seed, result))
     return rows
+
+
+def rediagnose(where: Path, result: dict) -> dict:
+    """A kept pair's result with both sides diagnosed again from the logs stored beside it
+    (``full.jsonl``, ``proxy.jsonl``), after a change to the diagnosis: verdicts, onsets and their
+    match are the current rules'; curves and costs are the run's own and stay."""
+    from moeproxy.diagnose import diagnose_frame
+    from moeproxy.diagnose.record import load_target
+    from moeproxy.fidelity import onset_relative_difference
+
+    result = dict(result)
+    sides = {}
+    for side in ("full", "proxy"):
+        log = where / f"{side}.jsonl"
+        if not log.is_file():
+            raise FileNotFoundError(f"{log}: the pair's stored log is missing; run the pair again")
+        diagnosis = diagnose_frame(load_target(str(log), None)[1])
+        sides[side] = dict(result.get(side) or {}, verdict=diagnosis.get("verdict"),
+                           onset_step=diagnosis.get("onset_step"),
+                           categories=sorted({f["category"] for f in diagnosis.get("findings", [])
+                                              if f.get("severity") == "critical"}))
+    result.update(sides)
+    result["verdict_match"] = sides["full"]["verdict"] == sides["proxy"]["verdict"]
+    result["onset_relative_difference"] = onset_relative_difference(sides["full"]["onset_step"],
+                                                                    sides["proxy"]["onset_step"])
+    return result
 
 
 def row_of(scenario: str, kind: str, ratio: float, seed: int, result: dict) -> dict:
