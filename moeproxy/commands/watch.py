@@ -20,6 +20,9 @@ def add_arguments(parser) -> None:
                         help="on a DuckLake catalog, store calm rows at most this often; rows with a first "
                              "NaN/inf or an out-of-range value are stored and diagnosed at once (default: 3 on a "
                              "catalog, 0 = every look on a file)")
+    parser.add_argument("--compact-minutes", metavar="MINUTES", type=float, default=10.0,
+                        help="on a DuckLake catalog, compact every this many minutes: inlined rows written out, "
+                             "small files merged, snapshots older than that expired (default: 10)")
     parser.add_argument("--once", action="store_true",
                         help="ingest what the files hold now, diagnose, alert, and exit (no following)")
     add_db_option(parser)
@@ -34,7 +37,7 @@ def run(args) -> int:
 
     config = WatchConfig(paths=args.paths, run=args.run, role=args.role, proxy_of=args.proxy_of,
                          alerts=args.alerts, webhook=args.webhook, interval=args.interval,
-                         commit_every=args.commit_every)
+                         commit_every=args.commit_every, compact_minutes=args.compact_minutes)
     store = open_store(args)
     stop = threading.Event()
 

@@ -281,7 +281,8 @@ class Watcher:
             return
         self._compacted = time.monotonic()
         try:
-            done = self.store.compact()
+            # a snapshot older than one compaction period is no reader's: expired with the files only it kept
+            done = self.store.compact(keep_minutes=self.config.compact_minutes)
             self.say(f"moeproxy watch: compacted {self.store.label}: {done['files_before']} -> "
                      f"{done['files_after']} data files", err=True)
         except (StoreBusy, StoreUnavailable, InputError) as exc:

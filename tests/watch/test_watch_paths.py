@@ -539,3 +539,12 @@ def test_a_retry_that_fails_midway_keeps_only_the_alerts_not_yet_written(tmp_pat
     assert sink.unwritten == []
     assert "2 alerts written" in sink.err.getvalue()
     assert [json.loads(line)["run"] for line in path.read_text().splitlines()] == ["r0", "r1", "r2"]
+
+
+@pytest.mark.parametrize("minutes", ["0", "-1", "20000"])
+def test_a_compaction_period_out_of_range_is_one_line_and_exit_2(tmp_path, capsys, minutes):
+    run = failing_run(tmp_path)
+    code, out, err = cli(["watch", str(run), "--db", str(tmp_path / "runs.duckdb"), "--compact-minutes", minutes,
+                          "--once"], capsys)
+    assert code == 2
+    assert "compact_minutes must be more than 0 and at most 10080" in one_error_line(err)
