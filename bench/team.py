@@ -116,6 +116,17 @@ def counts(db: str, data_path: str | None) -> tuple[int, int, dict[str, int]]:
     return rows, twice, per_run
 
 
+def stop_all(watchers: list[subprocess.Popen]) -> None:
+    """SIGTERM every watcher (each stores what it read and stops), then wait; kill one that hangs."""
+    for w in watchers:
+        w.send_signal(signal.SIGTERM)
+    for w in watchers:
+        try:
+            w.wait(60)
+        except subprocess.TimeoutExpired:
+            w.kill()
+
+
 def one_case(kind: str, db: str, data_path: str | None, n: int, args, root: Path) -> dict:
     dirs = []
     for i in range(n):
@@ -172,13 +183,7 @@ def one_case(kind: str, db: str, data_path: str | None, n: int, args, root: Path
     cpu = {"watchers": sum(_cpu(w.pid) for w in watchers), "readers": sum(_cpu(r.pid) for r in readers),
            "postgres": postgres_cpu() - pg_before if kind == "catalog" else 0.0,
            "wall": time.time() - started}
-    for w in watchers:
-        w.send_signal(signal.SIGTERM)
-    for w in watchers:
-        try:
-            w.wait(60)
-        except subprocess.TimeoutExpired:
-            w.kill()
+    stop_all(watchers)
     for r in readers:
         r.wait(120)
     rows, twice, per_run = counts(db, data_path)

@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from team import counts  # bench/team.py: rows stored, rows stored twice, rows per run
+from team import counts, stop_all  # bench/team.py: rows stored (twice, per run); stopping watchers
 from watch import WRITER  # bench/watch.py: the same jobs
 
 
@@ -104,13 +103,7 @@ def main() -> int:
                 break
             time.sleep(1.0)
         sample()
-        for w in watchers:
-            w.send_signal(signal.SIGTERM)
-        for w in watchers:
-            try:
-                w.wait(60)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_all(watchers)
         rows, twice, per_run = counts(db, data_path)
         outs = [(root / f"watch{i:02d}.out").read_text() for i in range(args.watchers)]
         compactions = [o.count("compacted") for o in outs]
@@ -126,6 +119,10 @@ def main() -> int:
               f"the catalog database at most {max(s[2] for s in samples):.1f} MiB, {samples[-1][2]:.1f} MiB at the end; "
               f"compactions per watcher {compactions}, failed {failed}" + (f" (first: {why.strip()[:300]})" if why else ""))
         print(f"rows stored {rows} of {written * args.watchers} written, stored twice {twice}")
+        for i, o in enumerate(outs):
+            if "stopped after" not in o:  # a watcher that did not stop cleanly: what it said last
+                print(f"watcher {i} did not stop cleanly (exit {watchers[i].returncode}); its last lines:\n  "
+                      + "\n  ".join(o.splitlines()[-8:]))
         print(f"files over time: {', '.join(f'{s[0]:.0f}s:{s[1]}' for s in samples[:: max(1, len(samples) // 12)])}")
     return 0
 
