@@ -45,6 +45,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "actor/entropy", "entropy", "policy/entropy_avg", "objective/entropy", "approx_entropy",
         "train/entropy_loss", "entropy_loss", "rollout/entropy", "entropy_avg", "avg_entropy", "entropy_mean",
         "mean_entropy",
+        "policy/entropy",  # Unity ML-Agents (Policy/Entropy)
     ),
     "kl": (
         "actor/kl_loss", "kl", "actor/reward_kl_penalty", "train/kl_loss", "kl_penalty", "objective/kl",
@@ -68,6 +69,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
         # OpenAI Spinning Up's logger (and the CS294 soft actor-critic homework built on its logz):
         # the mean return of the epoch's episodes, and the last episode's return
         "AverageEpRet", "LastEpReturn",
+        # Unity ML-Agents: the mean cumulative episode reward over all agents (Environment/Cumulative
+        # Reward); its Policy/Extrinsic Reward is one reward signal's, with curiosity beside it
+        "environment/cumulative reward",
     ),
     "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
     "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal

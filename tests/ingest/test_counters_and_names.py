@@ -67,3 +67,15 @@ def test_stable_baselines_2_flat_boxes_after_a_preamble(tmp_path):
     metrics = _by_metric(parsed)
     assert sorted(metrics["episode_reward"].values()) == [-600.0 + u for u in range(1, 41)]
     assert sorted(metrics["policy_entropy"]) == [128 * u for u in range(1, 41)]  # stepped by total_timesteps
+
+
+def test_unity_ml_agents_names():
+    from moeproxy.ingest.names import resolve_names
+
+    # ML-Agents' TensorBoard tags: the episode return is Environment/Cumulative Reward (its
+    # Policy/Extrinsic Reward is one reward signal's, beside curiosity), the entropy Policy/Entropy
+    got = resolve_names(["Policy/Extrinsic Reward", "Environment/Cumulative Reward", "Policy/Entropy",
+                         "Losses/Policy Loss", "Losses/Value Loss"])
+    assert got["Environment/Cumulative Reward"] == "reward_mean"
+    assert got["Policy/Extrinsic Reward"] == "Policy/Extrinsic Reward"
+    assert got["Policy/Entropy"] == "policy_entropy" and got["Losses/Policy Loss"] == "loss"
