@@ -555,10 +555,10 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         # the critic's error (the root of its squared loss) must have grown far beyond the scale the
         # return reached while it improved: an error x12 beside returns x11 is a critic following a
         # return that grew (learning); returns that only got worse explain nothing
-        n_early = max(cfg.min_history, len(vals) // 50)
-        r_early = max(abs(float(np.median(r.to_numpy()[:n_early]))), diff_noise(r.to_numpy()), 1e-12)
+        r_first = float(np.median(r.to_numpy()[:max(cfg.min_history, len(r) // 50)]))
+        r_early = max(abs(r_first), diff_noise(r.to_numpy()), 1e-12)
         error_growth = float(np.sqrt(vals.max() / early))
-        return_growth = abs(best[1]) / r_early if best is not None and best[1] > float(np.median(r.to_numpy()[:n_early])) else 1.0
+        return_growth = abs(best[1]) / r_early if best is not None and best[1] > r_first else 1.0
         if error_growth <= np.sqrt(cfg.grad_blowup_factor) * max(return_growth, 1.0):
             return None
         fell += (f"; its error grew x{fmt(error_growth)}, the return's scale x{fmt(return_growth)}")

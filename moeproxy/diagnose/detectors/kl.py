@@ -82,19 +82,17 @@ def _out_of_trust_region(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
     meant to keep it in, however early that starts (a run blown up from its first update has no
     early level to rise from)."""
     vals = s.to_numpy(dtype=float)
-    if len(vals) <= cfg.min_history:
-        return None
-    # the median of the records from each one to the end, from the last record backwards
     above = np.flatnonzero(vals >= cfg.ppo_kl_ceiling)
-    for i in above:
-        if float(np.median(vals[i:])) >= cfg.ppo_kl_ceiling and len(vals) - i > cfg.min_history:
-            onset = int(s.index[i])
-            return Finding(DIVERGENCE, onset, CRITICAL, name, "ppo_kl_out_of_region",
-                           f"{name} at {ev.rec(s, onset)} and a median {ev.median_of(s[s.index >= onset])} from "
-                           f"there (at or above {fmt(cfg.ppo_kl_ceiling)} nat per update, 20x where PPO already "
-                           f"stops): every update leaves the trust region")
-        break  # later records above it have a smaller share of the run behind them: checked once
-    return None
+    if not above.size:
+        return None
+    i = int(above[0])  # the first record out of the region; later ones have less of the run behind them
+    if len(vals) - i <= cfg.min_history or float(np.median(vals[i:])) < cfg.ppo_kl_ceiling:
+        return None
+    onset = int(s.index[i])
+    return Finding(DIVERGENCE, onset, CRITICAL, name, "ppo_kl_out_of_region",
+                   f"{name} at {ev.rec(s, onset)} and a median {ev.median_of(s[s.index >= onset])} from "
+                   f"there (at or above {fmt(cfg.ppo_kl_ceiling)} nat per update, 20x where PPO already "
+                   f"stops): every update leaves the trust region")
 
 
 def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
