@@ -166,6 +166,9 @@ def test_small_appends_stay_in_the_catalog_until_compaction_writes_them_out(tmp_
     import io
 
     w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60, commit_every=0), Store(catalog), io.StringIO(), io.StringIO())
+    import time
+
+    w._compacted = time.monotonic()  # the first period starts now (not at the random point that spreads watchers)
     w.start()
     for second in range(20):  # twenty cycles of a few new records each
         with open(log, "a") as fh:
@@ -202,8 +205,11 @@ def test_a_watchers_positions_are_versions_on_a_catalog_and_every_read_takes_the
     log.parent.mkdir()
 
     def watcher():
+        import time
+
         w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=60, commit_every=0), Store(catalog, data_path=str(data)),
                     io.StringIO(), io.StringIO())
+        w._compacted = time.monotonic()  # no upkeep during the test (not at the random point that spreads watchers)
         w.start()
         return w
 

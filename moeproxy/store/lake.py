@@ -128,12 +128,31 @@ def data_files(con) -> int:
                for t in tables)
 
 
-def compact(con, keep_minutes: float) -> None:
+COMPACT_TRIES = 6  # each upkeep step, against watchers committing meanwhile
+
+
+def compact(con, keep_minutes: float, tries: int = COMPACT_TRIES) -> None:
     """Flush inlined rows to Parquet, rewrite files with deleted rows, merge adjacent files, expire
-    old snapshots, delete the files only they needed."""
+    old snapshots, delete the files only they needed. Each step is a transaction of its own: one that
+    a watcher's commit beat (DuckLake's optimistic concurrency: a conflict) is tried again after a
+    short random pause, up to ``tries`` times, so that upkeep gets through between the commits of
+    many watchers; the last conflict is raised."""
+    import random
+    import time
+
+    import duckdb
+
     cutoff = f"now() - INTERVAL {float(keep_minutes) * 60:.0f} SECOND"
-    con.execute(f"CALL ducklake_flush_inlined_data('{ALIAS}')").fetchall()
-    con.execute(f"CALL ducklake_rewrite_data_files('{ALIAS}')").fetchall()  # files with deleted rows
-    con.execute(f"CALL ducklake_merge_adjacent_files('{ALIAS}')").fetchall()
-    con.execute(f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => {cutoff})").fetchall()
-    con.execute(f"CALL ducklake_cleanup_old_files('{ALIAS}', older_than => {cutoff})").fetchall()
+    for call in (f"ducklake_flush_inlined_data('{ALIAS}')",
+                 f"ducklake_rewrite_data_files('{ALIAS}')",  # files with deleted rows
+                 f"ducklake_merge_adjacent_files('{ALIAS}')",
+                 f"ducklake_expire_snapshots('{ALIAS}', older_than => {cutoff})",
+                 f"ducklake_cleanup_old_files('{ALIAS}', older_than => {cutoff})"):
+        for attempt in range(tries):
+            try:
+                con.execute(f"CALL {call}").fetchall()
+                break
+            except duckdb.TransactionException as exc:
+                if "onflict" not in str(exc) or attempt == tries - 1:
+                    raise
+                time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))

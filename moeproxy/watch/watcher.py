@@ -140,7 +140,9 @@ class Watcher:
         self.elsewhere: dict[tuple[int, int], int] = {}  # logs another watcher follows -> its PID
         self._said: set[str] = set()
         self._once = False  # run(once=True): a store that cannot be written stops the watcher
-        self._compacted = time.monotonic()
+        # the first upkeep at a random point of the first period: watchers started together on one
+        # catalog spread their compactions out instead of all conflicting at the same moment
+        self._compacted = time.monotonic() - random.uniform(0.0, self.config.compact_minutes * 60)
         self._committed_at = float("-inf")  # when a cycle last stored rows (a catalog batches calm ones)
         self._peeked: dict[tuple[int, int], dict] = {}  # per file: the ranges its rows had, committed or not
         every = config.commit_every
