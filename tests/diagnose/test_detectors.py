@@ -310,3 +310,16 @@ def test_knee_index_agrees_with_ruptures_binseg_clinear():
         y = y + rng.normal(scale=0.1, size=n)
         want = ruptures.Binseg(model="clinear", min_size=2, jump=1).fit(y).predict(n_bkps=1)[0]
         assert knee_index(y) == (want if want < n else None), (trial, n)
+
+
+def test_a_reward_that_loses_most_of_its_level_collapses_however_large_its_rise():
+    # a random policy's episodes score -10 (penalties); learning brings 0.8; then 0.2 for good: a
+    # sliver of the rise, three quarters of the level, many noise widths
+    rng = np.random.default_rng(21)
+    r = np.r_[np.linspace(-10.4, 0.8, 50), np.full(30, 0.8), np.full(400, 0.2)] + rng.normal(0, 0.08, 480)
+    res = diagnose_series({"reward_mean": series(r)})
+    assert res["verdict"] == "reward_collapse" and 79 <= res["onset_step"] <= 83, res["findings"]
+    # a dip of the same size that comes back is not one
+    dip = np.r_[np.linspace(-10.4, 0.8, 50), np.full(430, 0.8)] + rng.normal(0, 0.08, 480)
+    dip[100:103] = 0.2
+    assert diagnose_series({"reward_mean": series(dip)})["verdict"] == "healthy"

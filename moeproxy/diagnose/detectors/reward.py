@@ -21,7 +21,7 @@ from moeproxy.diagnose.rules import declare
 
 thresholds(
     reward_noise_widths=(3.0, "LABELS.md: a reward collapse is down several noise widths (of the levels compared) for good"),
-    reward_drop_fraction=(0.5, "share of the gained reward lost, sustained"),
+    reward_drop_fraction=(0.5, "share of the gained reward (or of its level, when less) lost, sustained"),
     eval_drop_share=(0.4, "an evaluation score that loses this share of its early level for good"),
     eval_min_drop=(0.1, "... and at least this much (scores in [0, 1]): a reward collapse"),
 )
@@ -91,7 +91,10 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     peak_i = int(np.argmax(smooth))
     peak = float(smooth[peak_i])
     gain = peak - start
-    need = max(cfg.reward_drop_fraction * gain, 0.2 * abs(peak), 1e-12)
+    # a drop that matters: half of what the reward gained, or half of its level when that is less (a
+    # reward that rose from a random policy's -10 to 0.8 and fell to 0.2 for good lost most of its
+    # level, a sliver of its rise); never under a fifth of its level
+    need = max(min(cfg.reward_drop_fraction * gain, cfg.reward_drop_fraction * abs(peak)), 0.2 * abs(peak), 1e-12)
     final = tail_level(vals)
     # LABELS.md: "reward mean down several noise widths for good": the record-to-record noise of the
     # reward (robust sigma of its differences), from which the width of a level is measured
