@@ -323,3 +323,15 @@ def test_a_reward_that_loses_most_of_its_level_collapses_however_large_its_rise(
     dip = np.r_[np.linspace(-10.4, 0.8, 50), np.full(430, 0.8)] + rng.normal(0, 0.08, 480)
     dip[100:103] = 0.2
     assert diagnose_series({"reward_mean": series(dip)})["verdict"] == "healthy"
+
+
+def test_a_success_rate_that_rose_then_fell_to_zero_for_good_is_a_reward_collapse():
+    # goal-conditioned RL (TD3 + HER): the test success rate is 0 while the agent explores, 1.0 once
+    # it learned, then 0 for good; the return logged beside it hardly moves
+    success = np.r_[np.zeros(2), np.ones(15), np.zeros(150)]
+    ret = -27.0 + np.random.default_rng(22).normal(0, 0.5, 167)
+    res = diagnose_series({"TestSuccess": series(success), "reward_mean": series(ret)})
+    assert res["verdict"] == "reward_collapse" and res["onset_step"] == 18, res["findings"]
+    # one that rose and stays is no collapse
+    kept = np.r_[np.zeros(2), np.ones(165)]
+    assert diagnose_series({"TestSuccess": series(kept), "reward_mean": series(ret)})["verdict"] == "healthy"

@@ -9,6 +9,7 @@ not collapse.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
@@ -35,11 +36,12 @@ RULES = declare(REWARD_COLLAPSE, {
 
 
 def _is_eval_score(name: str) -> bool:
-    """An accuracy (of evaluation or of the training answers) or an evaluation reward/score: a
-    bounded score that a reward collapse takes down with it."""
+    """An accuracy (of evaluation or of the training answers), a success rate (goal-conditioned RL's
+    ``TestSuccess``, ``success_rate``) or an evaluation reward/score: a bounded score that a reward
+    collapse takes down with it."""
     low = name.lower()
     evaluation = low.startswith(("eval/", "val/", "test/", "eval_", "val_", "validation")) or "heldout" in low
-    return ("accuracy" in low or low.endswith(("/acc", "_acc")) or
+    return ("accuracy" in low or low.endswith(("/acc", "_acc")) or "success" in low or
             (evaluation and any(w in low for w in ("reward", "score"))))
 
 
@@ -52,7 +54,10 @@ def _eval_score_drop(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
         if len(s) <= cfg.min_history:
             continue
         vals = s.to_numpy()
-        start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
+        # its level before the fall: its early level, or its best stretch when it rose first (a
+        # success rate at 0 while the agent explores, 1.0 once it learned, then 0 for good)
+        best = float(pd.Series(vals).rolling(max(3, len(vals) // 10), min_periods=1, center=True).median().max())
+        start, end = max(head_level(vals, share=0.05, minimum=2), best), tail_level(vals)
         drop = start - end
         if not (start > 0 and drop >= cfg.eval_drop_share * start and drop >= cfg.eval_min_drop):
             continue
