@@ -163,6 +163,7 @@ _FRAMEWORK_HINTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("slime", ("train/pg_loss", "rollout/raw_reward", "train/train_rollout_logprob_abs_diff")),
     ("nemo-rl", ("token_mult_prob_error", "gen_kl_error", "approx_entropy")),
     ("megatron", ("lm loss", "number of skipped iterations", "grad-norm", "load_balancing_loss")),
+    ("ml-agents", ("Environment/Cumulative Reward", "Policy/Entropy", "Losses/Policy Loss")),
     ("hf-trainer", ("learning_rate", "epoch")),
 )
 

@@ -79,3 +79,9 @@ def test_unity_ml_agents_names():
     assert got["Environment/Cumulative Reward"] == "reward_mean"
     assert got["Policy/Extrinsic Reward"] == "Policy/Extrinsic Reward"
     assert got["Policy/Entropy"] == "policy_entropy" and got["Losses/Policy Loss"] == "loss"
+
+
+def test_unity_ml_agents_is_named_as_the_framework():
+    from moeproxy.ingest.names import guess_framework
+
+    assert guess_framework(["Environment/Cumulative Reward", "Policy/Entropy", "Losses/Value Loss"]) == "ml-agents"
