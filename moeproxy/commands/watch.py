@@ -3,6 +3,9 @@ critical finding; stops cleanly on SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
+import os
+import threading
+
 HELP = "follow growing training logs: ingest new lines as they come, re-diagnose, alert at the first critical finding"
 
 
@@ -28,9 +31,43 @@ def add_arguments(parser) -> None:
     add_db_option(parser)
 
 
+class SignalStop:
+    """A SIGTERM/SIGINT handler that sets ``stop``. A handler runs in the main thread between two
+    bytecodes, possibly inside ``stop.wait()`` while that holds the event's (non-reentrant) lock:
+    ``stop.set()`` there waits for it forever (a watcher that ignored SIGTERM, seen under load). So the
+    handler only writes a byte to a pipe, which takes no lock; a thread blocked on the pipe sets the
+    event. ``close()`` ends that thread and closes the pipe."""
+
+    def __init__(self, stop) -> None:
+        self._read, self._write = os.pipe()
+        self._thread = threading.Thread(target=self._relay, args=(stop,), name="moeproxy-watch-stop", daemon=True)
+        self._thread.start()
+
+    def _relay(self, stop) -> None:
+        try:
+            if os.read(self._read, 1) == b"\1":
+                stop.set()
+        except OSError:
+            pass
+
+    def __call__(self, signum, frame) -> None:
+        try:
+            os.write(self._write, b"\1")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            os.write(self._write, b"\0")  # ends the relay thread without setting anything
+        except OSError:
+            pass
+        self._thread.join(timeout=5)
+        os.close(self._write)
+        os.close(self._read)
+
+
 def run(args) -> int:
     import signal
-    import threading
 
     from moeproxy.commands.common import open_store
     from moeproxy.watch import WatchConfig, Watcher
@@ -41,9 +78,7 @@ def run(args) -> int:
     store = open_store(args)
     stop = threading.Event()
 
-    def stop_watching(signum, frame):
-        stop.set()
-
+    stop_watching = SignalStop(stop)
     previous = {sig: signal.signal(sig, stop_watching) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         watcher = Watcher(config, store)
@@ -55,6 +90,7 @@ def run(args) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        stop_watching.close()
     if not args.once:
         held = sorted(watcher.held) or [0.0]
         print(f"moeproxy watch: stopped after {len(watcher.held)} cycles; the database was held "

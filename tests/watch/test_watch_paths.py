@@ -548,3 +548,25 @@ def test_a_compaction_period_out_of_range_is_one_line_and_exit_2(tmp_path, capsy
                           "--once"], capsys)
     assert code == 2
     assert "compact_minutes must be more than 0 and at most 10080" in one_error_line(err)
+
+
+def test_a_stop_signal_that_lands_inside_the_wait_sets_the_event_without_its_lock():
+    # a signal handler runs in the main thread between two bytecodes, possibly while stop.wait()
+    # holds the event's non-reentrant lock: the handler must not take it (a watcher that ignored
+    # SIGTERM under load). Here the lock is held while the handler runs, as in that window
+    import threading
+
+    from moeproxy.commands.watch import SignalStop
+
+    stop = threading.Event()
+    handler = SignalStop(stop)
+    try:
+        with stop._cond:  # the window: the event's lock held by the thread the signal interrupts
+            handler(15, None)  # returns at once (stop.set() here would wait forever)
+            assert not stop.is_set()
+        assert stop.wait(5), "the relay thread set the event once the lock was let go"
+    finally:
+        handler.close()
+    quiet = threading.Event()
+    SignalStop(quiet).close()  # closing without a signal ends the relay and sets nothing
+    assert not quiet.is_set()
