@@ -125,7 +125,7 @@ def test_a_kept_grid_pair_is_read_again_with_the_current_diagnosis(tmp_path):
     again = rediagnose(tmp_path, kept)
     assert again["full"]["verdict"] == again["proxy"]["verdict"] == "overflow"
     assert (again["full"]["onset_step"], again["proxy"]["onset_step"]) == (25, 24)
-    assert again["verdict_match"] and again["onset_relative_difference"] == 0.04
+    assert again["verdict_match"] and again["onset_relative_difference"] == pytest.approx(0.04)
     assert again["full"]["run"] == "f" and again["correlations"] == {"loss": 0.9}  # the run's own figures stay
     (tmp_path / "proxy.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match="proxy.jsonl"):

@@ -132,11 +132,10 @@ class RunSeries:
         return (self.resolve("policy_entropy") is not None
                 and not any("token_accuracy" in name for name in self._series))
 
-    def reward_gain_after(self, step) -> tuple[str, float, float] | None:
-        """(name, gain from ``step`` to the end, noise sigma) of the reward, or None if not logged
-        (or fewer than four records after ``step``): the gain is the median of the last quarter of
-        the records from ``step`` on minus that of their first quarter. An evaluation reward stands in
-        for a training reward that is not logged (``resolve_reward``)."""
+    def _reward_from(self, step):
+        """(name, finite reward series, its values from ``step`` on, quarter count of those), or None
+        when no reward is logged or fewer than four records follow ``step``. An evaluation reward
+        stands in for a training reward that is not logged (``resolve_reward``)."""
         found = self.resolve_reward()
         if found is None:
             return None
@@ -145,31 +144,34 @@ class RunSeries:
         after = r[r.index >= step].to_numpy()
         if len(after) < 4:
             return None
-        k = quarter_count(len(after))
-        gain = float(np.median(after[-k:]) - np.median(after[:k]))
-        noise = diff_noise(r.to_numpy())
-        return name, gain, noise
+        return name, r, after, quarter_count(len(after))
+
+    def reward_gain_after(self, step) -> tuple[str, float, float] | None:
+        """(name, gain from ``step`` to the end, noise sigma) of the reward, or None if not logged
+        (or fewer than four records after ``step``): the gain is the median of the last quarter of
+        the records from ``step`` on minus that of their first quarter."""
+        got = self._reward_from(step)
+        if got is None:
+            return None
+        name, r, after, k = got
+        return name, float(np.median(after[-k:]) - np.median(after[:k])), diff_noise(r.to_numpy())
 
     def reward_climbs_after(self, step) -> tuple[str, float, float] | None:
         """``reward_gain_after`` when the reward kept climbing from ``step``: a gain over three noise
         widths and over 2 % of its largest value, to above its level just before ``step`` (sharpening
         or learning, not a collapse; nor a fall that bounced partly back)."""
-        gained = self.reward_gain_after(step)
-        if gained is None:
+        got = self._reward_from(step)
+        if got is None:
             return None
-        name, gain, noise = gained
-        if gain <= climb_margin(float(self.get(name).max()), noise):
+        name, r, after, k = got
+        end = float(np.median(after[-k:]))
+        gain, noise = end - float(np.median(after[:k])), diff_noise(r.to_numpy())
+        if gain <= climb_margin(float(r.max()), noise):
             return None
-        # a reward that fell with ``step`` and bounced part of the way back is no climb: it must end
-        # above where it was just before ``step``
-        r = self.get(name)
-        r = r[np.isfinite(r.to_numpy())]
-        after = r[r.index >= step].to_numpy()
-        k = quarter_count(len(after))
         before = r[r.index < step].to_numpy()[-k:]
-        if len(before) and float(np.median(after[-k:])) <= float(np.median(before)):
+        if len(before) and end <= float(np.median(before)):
             return None
-        return gained
+        return name, gain, noise
 
     def matching(self, predicate) -> Iterable[tuple[str, pd.Series]]:
         return [(n, s) for n, s in self._series.items() if predicate(n)]

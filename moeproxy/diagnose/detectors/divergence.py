@@ -477,22 +477,20 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     return out
 
 
-def _climb_start(s, at: int, reward, cfg: DiagnoseConfig) -> int:
+def _climb_start(s, at: int, earlier, best, cfg: DiagnoseConfig) -> int:
     """The step the lasting climb that ends in a value-loss blow-up started (LABELS.md: the onset is
     where the anomaly becomes visible and then lasts): the record after the last one, before the
     blow-up at position ``at``, still within twice the loss's first records; but not before the
-    reward's best record ahead of it (while the return climbs, a critic's error grows with the
-    return's scale: that is learning)."""
+    reward's best stretch ahead of it (``best`` of the reward records ``earlier`` than the blow-up),
+    when the reward climbed to it: while the return climbs, a critic's error grows with the
+    return's scale (learning)."""
     vals = s.to_numpy(dtype=float)
     first_level = float(np.median(vals[:cfg.min_history]))
     low = np.flatnonzero(vals[:at] <= 2 * first_level)
     pos = int(low[-1]) + 1 if low.size else 0
-    if reward is not None:
-        r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
-        r = r[r.index < s.index[at]]
-        best = _reward_best(r) if len(r) >= cfg.min_history else None
-        if best is not None and best[1] - head_level(r.to_numpy()) > climb_margin(float(r.max()), diff_noise(r.to_numpy())):
-            pos = max(pos, int(np.searchsorted(s.index.to_numpy(), best[0], side="right")))
+    if best is not None and len(earlier) >= cfg.min_history and \
+            best[1] - head_level(earlier.to_numpy()) > climb_margin(float(earlier.max()), diff_noise(earlier.to_numpy())):
+        pos = max(pos, int(np.searchsorted(s.index.to_numpy(), best[0], side="right")))
     return int(s.index[min(pos, at)])
 
 
@@ -527,15 +525,16 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     if big.size < 2:
         return None
     first = int(s.index[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
-    fell = ""
+    fell, earlier, best = "", None, None
     if reward is not None:
         r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
         k = cfg.value_loss_reward_records
-        before, after = r[r.index < first].tail(k), r[r.index >= first].head(k)
+        earlier = r[r.index < first]
+        before, after = earlier.tail(k), r[r.index >= first].head(k)
         if len(before) < 2 or len(after) < 2:
             return None
         margin = climb_margin(float(r.max()), diff_noise(r.to_numpy()))
-        best = _reward_best(r[r.index < first])
+        best = _reward_best(earlier)
         if float(after.median()) < float(before.median()):
             fell = f", while {reward[0]} fell from {ev.median_of(before)} to {ev.median_of(after)}"
         elif best is not None and best[1] - float(after.median()) > margin:
@@ -563,7 +562,7 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
             return None
         fell += (f"; its error grew x{fmt(error_growth)}, the return's scale x{fmt(return_growth)}")
     top = int(big[int(np.argmax(vals[big]))])
-    start = _climb_start(s, int(s.index.get_loc(first)), reward, cfg)
+    start = _climb_start(s, int(s.index.get_loc(first)), earlier, best, cfg)
     climb = ""
     if start != first:
         climb = (f"; the climb that led to it started at {ev.rec(s, start)} "

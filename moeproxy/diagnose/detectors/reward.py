@@ -8,6 +8,8 @@ not collapse.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -35,13 +37,17 @@ RULES = declare(REWARD_COLLAPSE, {
    thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop")})
 
 
+# a success rate (``TestSuccess``, ``rollout/success_rate``, ``is_success``), not a count of successes
+_SUCCESS_RATE = re.compile(r"success(?:[ _/]?rate)?$")
+
+
 def _is_eval_score(name: str) -> bool:
     """An accuracy (of evaluation or of the training answers), a success rate (goal-conditioned RL's
     ``TestSuccess``, ``success_rate``) or an evaluation reward/score: a bounded score that a reward
     collapse takes down with it."""
     low = name.lower()
     evaluation = low.startswith(("eval/", "val/", "test/", "eval_", "val_", "validation")) or "heldout" in low
-    return ("accuracy" in low or low.endswith(("/acc", "_acc")) or "success" in low or
+    return ("accuracy" in low or low.endswith(("/acc", "_acc")) or _SUCCESS_RATE.search(low) is not None or
             (evaluation and any(w in low for w in ("reward", "score"))))
 
 
