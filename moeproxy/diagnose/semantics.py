@@ -35,6 +35,7 @@ import pandas as pd
 
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.series import RunSeries
+from moeproxy.ingest.names import canonical_of
 
 thresholds(
     startup_min_scale=(1024.0, "fp16 scalers start their search at 2^16 or more; halvings from below are overflows"),
@@ -231,11 +232,34 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
         for prefix in KIND_PREFIXES:
             if name.startswith(prefix) and prefix.rstrip("/") not in reading.kinds:
                 reading.kinds.append(prefix.rstrip("/"))
+    _denser_epoch_copies(kept, reading)
     out = RunSeries(kept)
     reading.step_gap = out.step_gap
     if out.resolve("loss") is None and (loss := training_loss_by_name(out.names)) is not None:
         out.aliases["loss"] = reading.read_as["loss"] = loss
     return out, reading
+
+
+EPOCH_SUFFIX = "_epoch"
+
+
+def _denser_epoch_copies(kept: dict[str, pd.Series], reading: DataReading) -> None:
+    """A metric logged both per step and per epoch (PyTorch Lightning's ``<name>_step`` and
+    ``<name>_epoch``; ingest stores the per-step copy under the canonical name): the per-step copy
+    is read, unless it holds fewer than half the epoch copy's records (a short run that logs every
+    n steps: the epoch copy is the one that has a curve). Then the epoch copy is read as the metric
+    and the per-step copy kept as ``<canonical>_step``."""
+    for name in list(kept):
+        if not name.endswith(EPOCH_SUFFIX) or len(name) == len(EPOCH_SUFFIX):
+            continue
+        hit = canonical_of(name[: -len(EPOCH_SUFFIX)])
+        if hit is None or hit[0] not in kept or hit[0] in reading.read_as:
+            continue
+        canonical = hit[0]
+        if 2 * len(kept[canonical]) < len(kept[name]):
+            kept[f"{canonical}_step"] = kept.pop(canonical)
+            kept[canonical] = kept.pop(name)
+            reading.read_as[canonical] = name
 
 
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")

@@ -189,3 +189,22 @@ def test_a_noisy_level_reward_is_not_a_collapse_against_a_baseline_of_its_first_
     fell[70:] = -3.5 + rng.normal(0, 0.1, n - 70)  # the same noise, then down by ~3 sigma for good
     res = diagnose_series({"reward_mean": fell, "loss": rng.normal(0, 0.01, n), "kl": np.full(n, 0.002)})
     assert res["verdict"] == "reward_collapse"
+
+
+def test_a_printed_jump_the_validation_loss_does_not_show_unless_one_part_of_the_loss_blew_up():
+    rng = np.random.default_rng(3)
+    n = 60
+    task = 0.5 * np.exp(-np.arange(n) / 30) + 0.2 + rng.normal(0, 0.005, n)
+    val = {s: float(task[s]) + 0.05 for s in range(0, n, 5)}
+    # the printed loss ten times higher from step 30 (accumulated over one micro-step instead of
+    # ten), every printed part of it alike, the validation loss flat: an artefact, no failure
+    printed = np.where(np.arange(n) >= 30, 10.0, 1.0)
+    res = diagnose_series({"loss": task * printed, "train_task_loss": task * printed, "val_loss": val})
+    assert res["verdict"] == "healthy", res["findings"]
+    assert any(f["rule"] == "contradicted_by_validation" for f in res["findings"])
+    # an adversarial part of the loss blows up from 0.15 to its clamp of 50 at step 30, the total
+    # follows, the task's validation loss does not see it: a divergence of the objective
+    domain = np.where(np.arange(n) >= 30, 50.0, 0.15 + rng.normal(0, 0.005, n))
+    res = diagnose_series({"loss": task + 0.1 * domain, "train_task_loss": task,
+                           "train_domain_loss": domain, "val_loss": val})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 30, res["findings"]

@@ -260,3 +260,26 @@ def test_a_training_loss_no_framework_names_is_read_as_the_loss():
                            "Val/EpochLoss": pd.Series(np.full(150, 3000.0), index=epochs)})
     assert res["verdict"] == "divergence" and res["onset_step"] == 56, res["findings"]
     assert res["data"]["read_as"] == {"loss": "Train/EpochLoss"}
+
+
+def test_a_per_step_copy_sparser_than_the_epoch_copy_gives_way_to_it(tmp_path):
+    # PyTorch Lightning logs train_loss_step every 50 steps and train_loss_epoch every epoch of 9
+    # steps: over 20 epochs the step copy has 3 records, the epoch copy 20, which blow up from 14
+    rows = ["epoch,step,train_loss_epoch,train_loss_step"]
+    for epoch in range(20):
+        step = 9 * epoch + 8
+        level = 0.7 * 0.8 ** epoch if epoch < 14 else 0.8 * 2.0 ** (epoch - 13)
+        rows.append(f"{epoch},{step},{level:.4f},")
+        if step % 50 < 9:
+            rows.append(f"{epoch},{step - step % 50},,{level:.4f}")
+    path = tmp_path / "metrics.csv"
+    path.write_text("\n".join(rows) + "\n")
+    from moeproxy.diagnose.evaluation import diagnose_path
+
+    res = diagnose_path(path)
+    assert res["data"]["read_as"] == {"loss": "train_loss_epoch"}
+    assert res["verdict"] == "divergence" and res["onset_step"] == 9 * 14 + 8, res["findings"]
+    # a step copy as dense as the epoch copy stays the metric
+    dense = {"loss": _series(_healthy_loss()), "loss_epoch": _series(_healthy_loss()[::2])}
+    _, reading = read_data(RunSeries(dense))
+    assert "loss" not in reading.read_as

@@ -21,7 +21,7 @@ from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive
-from moeproxy.diagnose.semantics import startup_end_step, zero_advantage_steps
+from moeproxy.diagnose.semantics import is_validation_loss, startup_end_step, zero_advantage_steps
 from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -415,10 +415,41 @@ VALIDATION_LOSS = ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation
                    "lm loss validation", "validation/loss", "valid_loss", "valid/loss")
 
 
+def _rise_factor(s: pd.Series, step: int) -> float | None:
+    """The median after ``step`` over the median before it, for a positive series with three or
+    more finite records on each side (None otherwise)."""
+    s = s[np.isfinite(s.to_numpy())]
+    before, after = s[s.index < step], s[s.index >= step]
+    if len(before) < 3 or len(after) < 3:
+        return None
+    ref = float(before.median())
+    return float(after.median()) / ref if ref > 0 else None
+
+
+def _one_part_blew_up(run: RunSeries, f: Finding) -> bool:
+    """A training loss the run logs beside the total (``train_domain_loss`` beside ``train_loss``)
+    rose more than twice as much as the total did: the blow-up is in one part of the objective,
+    which a validation loss of the task may not measure. A printing artefact scales every printed
+    training loss alike."""
+    total = run.get(f.metric)
+    whole = _rise_factor(total, f.onset_step) if total is not None else None
+    if whole is None or whole <= 1:
+        return False
+    for name in run.names:
+        if name == f.metric or not name.lower().endswith("loss") or is_validation_loss(name):
+            continue
+        part = _rise_factor(run.get(name), f.onset_step)
+        if part is not None and part > 2 * whole:
+            return True
+    return False
+
+
 def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig) -> str | None:
     """Why a train-loss divergence is a printing artefact: a validation loss logged over the
     stretch after the jump does not rise (LABELS.md: one independent signal contradicting a jump
     makes the jump suspect). None when no validation loss says so."""
+    if _one_part_blew_up(run, f):
+        return None
     for name in VALIDATION_LOSS:
         s = run.get(name)
         if s is None:
