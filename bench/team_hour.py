@@ -106,7 +106,9 @@ def main() -> int:
         stop_all(watchers)
         rows, twice, per_run = counts(db, data_path)
         outs = [(root / f"watch{i:02d}.out").read_text() for i in range(args.watchers)]
-        compactions = [o.count("compacted") for o in outs]
+        compactions = [o.count("watch: compacted") for o in outs]
+        # one upkeep per period for the catalog: the others see it done and skip it
+        skipped = sum(o.count("was compacted by") for o in outs)
         failed = sum(o.count("compaction of") for o in outs)
         why = next((l for o in outs for l in o.splitlines() if "compaction of" in l), "")
         cycles = []
@@ -117,7 +119,7 @@ def main() -> int:
               f"(~{int(info['seconds'] / commit_every)} commit slots each at --commit-every {commit_every:g})")
         print(f"Parquet files: at most {max(s[1] for s in samples)} during the run, {samples[-1][1]} at the end; "
               f"the catalog database at most {max(s[2] for s in samples):.1f} MiB, {samples[-1][2]:.1f} MiB at the end; "
-              f"compactions per watcher {compactions}, failed {failed}" + (f" (first: {why.strip()[:300]})" if why else ""))
+              f"compactions per watcher {compactions}, skipped (done by another) {skipped}, failed {failed}" + (f" (first: {why.strip()[:300]})" if why else ""))
         print(f"rows stored {rows} of {written * args.watchers} written, stored twice {twice}")
         for i, o in enumerate(outs):
             if "stopped after" not in o:  # a watcher that did not stop cleanly: what it said last

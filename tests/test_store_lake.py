@@ -191,6 +191,64 @@ def test_small_appends_stay_in_the_catalog_until_compaction_writes_them_out(tmp_
     assert "data files" in out
 
 
+def test_a_catalogs_upkeep_is_one_job_however_many_watchers_share_it(postgres, tmp_path):
+    """Every watcher on a catalog runs its upkeep each period; all of them compacting would conflict
+    with each other and with every commit. The first to claim the period does it; the others skip,
+    named who did it, until the period has passed."""
+    import threading
+    import time
+
+    catalog, data = postgres("upkeep"), str(tmp_path / "lake")
+    log = tmp_path / "job.jsonl"
+    log.write_text("".join(f'{{"step": {s}, "loss": {3.0 - s / 100}}}\n' for s in range(1, 50)))
+    from moeproxy.ingest import ingest_paths
+
+    ingest_paths(Store(catalog, data_path=data), [log])
+    results: list[dict] = []
+
+    def upkeep(i: int) -> None:
+        results.append(Store(catalog, data_path=data).compact(keep_minutes=60, every_minutes=60, by=f"watcher{i}"))
+
+    threads = [threading.Thread(target=upkeep, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    done = [r for r in results if "skipped" not in r]
+    assert len(results) == 4 and len(done) == 1, results
+    skipped = [r["skipped"] for r in results if "skipped" in r]
+    assert all(s.startswith("watcher") or "same moment" in s for s in skipped), skipped
+    # within the period every later claim is skipped, naming the one that did it
+    again = Store(catalog, data_path=data).compact(keep_minutes=60, every_minutes=60, by="late")
+    assert again["skipped"].startswith("watcher"), again
+    # a period that has passed is claimed again; the command (no period) always compacts
+    time.sleep(0.2)
+    assert "files_after" in Store(catalog, data_path=data).compact(keep_minutes=60, every_minutes=0.001, by="next")
+    assert "files_after" in Store(catalog, data_path=data).compact(keep_minutes=60)
+    assert Store(catalog, data_path=data).runs().set_index("run").loc["job", "rows"] == 49
+
+
+def test_an_upkeep_that_did_not_get_through_gives_its_claim_back(postgres, tmp_path, monkeypatch):
+    import duckdb
+
+    catalog, data = postgres("upkeep_back"), str(tmp_path / "lake")
+    log = tmp_path / "job.jsonl"
+    log.write_text("".join(f'{{"step": {s}, "loss": {3.0 - s / 100}}}\n' for s in range(1, 50)))
+    from moeproxy.ingest import ingest_paths
+
+    ingest_paths(Store(catalog, data_path=data), [log])
+
+    def beaten(con, keep_minutes, tries=lake.COMPACT_TRIES):  # every try beaten by a watcher's commit
+        raise duckdb.TransactionException("Transaction conflict: another transaction committed first")
+
+    monkeypatch.setattr(lake, "compact", beaten)
+    with pytest.raises(Exception):
+        Store(catalog, data_path=data).compact(keep_minutes=60, every_minutes=60, by="unlucky")
+    monkeypatch.undo()
+    done = Store(catalog, data_path=data).compact(keep_minutes=60, every_minutes=60, by="next")
+    assert "files_after" in done, done
+
+
 def test_a_watchers_positions_are_versions_on_a_catalog_and_every_read_takes_the_latest(postgres, tmp_path):
     """On a catalog a watcher's cycle appends a new version of its source's totals and file position
     (two UPDATEs of one table conflict in DuckLake, whatever the rows: sixteen watchers kept failing

@@ -393,11 +393,17 @@ class Store:
                 con.close()
 
     # -- a DuckLake catalog's upkeep -----------------------------------------------------------
-    def compact(self, keep_minutes: float = lake.KEEP_MINUTES) -> dict:
+    def compact(self, keep_minutes: float = lake.KEEP_MINUTES, every_minutes: float | None = None,
+                by: str | None = None) -> dict:
         """Small appends were inlined into the catalog (``DATA_INLINING_ROW_LIMIT``): write them out as
         Parquet, merge adjacent small files, expire snapshots older than ``keep_minutes`` and delete
         the files no snapshot kept needs. A file store only checkpoints. Returns the data files
-        before and after."""
+        before and after.
+
+        ``every_minutes``: the catalog's upkeep is one job, however many watchers share it. The
+        caller first claims it (``meta`` row ``compacted_at``: when and by whom); when another process
+        compacted less than ``every_minutes`` ago, or claims it at the same moment (the claims
+        conflict: one commits), nothing is done and ``{"skipped": "<by> at <time>"}`` returned."""
         if self.catalog is None:
             if self._memory is None and self.path is not None and self.path.exists():
                 with self._guarded():
@@ -410,15 +416,18 @@ class Store:
         with self._guarded():
             con = self._open()
             try:
-                before = lake.data_files(con)
-                # the versions of watched sources and positions that a later one replaced
-                con.execute("BEGIN TRANSACTION")
-                for table, stamp in (("sources", "ingested_at"), ("watch_files", "updated_at")):
-                    con.execute(f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM {table} AS newer WHERE "
-                                f"newer.source_id = {table}.source_id AND newer.{stamp} > {table}.{stamp})")
-                con.execute("COMMIT")
-                lake.compact(con, keep_minutes)
-                return {"files_before": before, "files_after": lake.data_files(con)}
+                claim = None
+                if every_minutes is not None:
+                    taken, claim = _claim_upkeep(con, every_minutes, by or _process_name())
+                    if taken is not None:
+                        return {"skipped": taken}
+                try:
+                    # the one upkeep of the period: it may try harder against the watchers' commits
+                    return _compact_catalog(con, keep_minutes, lake.COMPACT_TRIES * (3 if claim else 1))
+                except BaseException:
+                    if claim is not None:  # not done: the next watcher whose turn comes may claim it
+                        _release_upkeep(con, *claim)
+                    raise
             finally:
                 con.close()
 
@@ -716,3 +725,76 @@ class _Borrowed:
 
     def close(self) -> None:
         pass
+
+
+UPKEEP_KEY = "compacted_at"
+
+
+def _compact_catalog(con, keep_minutes: float, tries: int) -> dict:
+    before = lake.data_files(con)
+    # the versions of watched sources and positions that a later one replaced
+    con.execute("BEGIN TRANSACTION")
+    for table, stamp in (("sources", "ingested_at"), ("watch_files", "updated_at")):
+        con.execute(f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM {table} AS newer WHERE "
+                    f"newer.source_id = {table}.source_id AND newer.{stamp} > {table}.{stamp})")
+    con.execute("COMMIT")
+    lake.compact(con, keep_minutes, tries)
+    return {"files_before": before, "files_after": lake.data_files(con)}
+
+
+def _process_name() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _claim_upkeep(con, every_minutes: float, by: str) -> tuple[str | None, tuple[str, str] | None]:
+    """Claim a catalog's upkeep for this process: ``(None, (previous value, this claim))`` when
+    claimed, else ``(who holds it and since when, None)``. The claim is one ``meta`` row updated in
+    a transaction of its own; two processes that claim at once conflict on it (DuckLake's optimistic
+    concurrency) and only the first commits."""
+    import time
+
+    if _first(con.execute("SELECT count(*) FROM meta WHERE key = ?", [UPKEEP_KEY]))[0] == 0:
+        # the row first, on its own: claims must be updates of one row to conflict (two inserts
+        # would both commit); a second process adding it at the same moment leaves two, read by max
+        try:
+            con.execute("INSERT INTO meta VALUES (?, '')", [UPKEEP_KEY])
+        except duckdb.TransactionException:
+            pass  # another process's went in first
+    con.execute("BEGIN TRANSACTION")
+    try:
+        row = _first(con.execute("SELECT max(value) FROM meta WHERE key = ?", [UPKEEP_KEY]))
+        last = (row[0] if row else None) or ""
+        stamp, _, who = last.partition(" ")
+        try:
+            when = float(stamp)
+        except ValueError:
+            when = None
+        now = time.time()
+        if when is not None and now - when < every_minutes * 60:
+            con.execute("ROLLBACK")
+            return f"{who or 'another process'} at {time.strftime('%H:%M:%S', time.localtime(when))}", None
+        value = f"{now:.3f} {by}"
+        con.execute("UPDATE meta SET value = ? WHERE key = ?", [value, UPKEEP_KEY])
+        con.execute("COMMIT")
+        return None, (last, value)
+    except duckdb.TransactionException as exc:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        if "onflict" in str(exc):
+            return "another process claiming it at the same moment", None
+        raise
+
+
+def _release_upkeep(con, previous: str, mine: str) -> None:
+    """Give a claim back after an upkeep that did not get through (the row as it was, unless another
+    process has claimed since); a release that fails leaves the claim to expire with its period."""
+    try:
+        con.execute("UPDATE meta SET value = ? WHERE key = ? AND value = ?", [previous, UPKEEP_KEY, mine])
+    except duckdb.Error:
+        pass
+

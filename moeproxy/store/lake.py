@@ -155,4 +155,4 @@ def compact(con, keep_minutes: float, tries: int = COMPACT_TRIES) -> None:
             except duckdb.TransactionException as exc:
                 if "onflict" not in str(exc) or attempt == tries - 1:
                     raise
-                time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
+                time.sleep(random.uniform(0.05, 0.3) * min(attempt + 1, 3))

@@ -284,10 +284,18 @@ class Watcher:
         self._compacted = time.monotonic()
         try:
             # a snapshot older than one compaction period is no reader's: expired with the files only it kept
-            done = self.store.compact(keep_minutes=self.config.compact_minutes)
-            self.say(f"moeproxy watch: compacted {self.store.label}: {done['files_before']} -> "
-                     f"{done['files_after']} data files", err=True)
+            # and one upkeep per period for the whole catalog: the watcher that claims it first
+            done = self.store.compact(keep_minutes=self.config.compact_minutes,
+                                      every_minutes=self.config.compact_minutes)
+            if "skipped" in done:
+                self.say(f"moeproxy watch: {self.store.label} was compacted by {done['skipped']}; "
+                         f"not again before {self.config.compact_minutes:g} min", err=True)
+            else:
+                self.say(f"moeproxy watch: compacted {self.store.label}: {done['files_before']} -> "
+                         f"{done['files_after']} data files", err=True)
         except (StoreBusy, StoreUnavailable, InputError) as exc:
+            # the claim was given back; this watcher tries again after a tenth of the period
+            self._compacted = time.monotonic() - 0.9 * self.config.compact_minutes * 60
             self.say(f"moeproxy watch: compaction of {self.store.label} failed ({exc}); trying again later", err=True)
 
     def _scan(self) -> None:
