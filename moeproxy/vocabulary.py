@@ -135,6 +135,10 @@ STEP_KEYS: tuple[str, ...] = (
     "time/iterations",
     "total/steps", "total_timesteps", "time/total_timesteps", "misc/total_timesteps", "timesteps_total",
     "total timesteps",
+    "timestep", "timesteps",  # OfflineRL-Kit's and others' environment-step column
+    # RLlib's training iteration (one sample-and-update round), after its timesteps_total: reported
+    # beside the onset as the log's other counter
+    "training_iteration",
 )
 
 # counters of whole epochs or episodes: a table's step when it has no step key and one of these counts

@@ -77,9 +77,10 @@ RULES = declare(DIVERGENCE, {
                "contradicted_by_validation": ("validation_rise",)})
 
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
-# (Spinning Up names its critics' losses ``LossQ``, ``LossQ1``, ``LossV``)
-VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic_loss|loss/value|value loss|q_loss|lossq\d?|lossv)$",
-                        re.IGNORECASE)
+# (Spinning Up names its critics' losses ``LossQ``, ``LossQ1``, ``LossV``; OfflineRL-Kit and rlkit
+# ``loss/critic1``, ``qf1_loss``; twin critics are numbered)
+VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic\d?_loss|loss/(?:value|critic\d?|q\d?)|value loss|"
+                        r"q\d?_loss|qf\d?_loss|qf\d? loss|lossq\d?|lossv)$", re.IGNORECASE)
 
 
 
@@ -401,6 +402,8 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
         big = np.array([b for b in big if not _within_early_level(vals, b, float(vals[b]))], dtype=int)
     if big.size < 2:
         return None
+    if loss is not None and _loss_unmoved_by_lone_spikes(loss, steps, big, cfg):
+        return None
     first = int(steps[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
     top = int(big[int(np.argmax(vals[big]))])
     recs = pd.Series(vals[ok], index=steps[ok])
@@ -409,6 +412,20 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
                    f"({fmt(float(vals[top]) / med)}x the run's {ev.median_of(recs, full)}); {big.size} records at "
                    f"{fmt(cfg.grad_blowup_factor)}x or more, repeatedly from "
                    + (f"step {first}" if first == int(steps[top]) else ev.rec(series, first)))
+
+
+def _loss_unmoved_by_lone_spikes(loss: pd.Series, steps: np.ndarray, big: np.ndarray, cfg: DiagnoseConfig) -> bool:
+    """Blown-up grad norms of a run that is not RL, each one record long (the next record is back),
+    while the loss ends no higher than it was before the first of them (within ``loss_factor``):
+    spikes the optimiser came straight back from (LABELS.md: "blows up and does not come back"),
+    each reported as a spike."""
+    if np.any(np.diff(big) == 1):
+        return False
+    lo = loss[np.isfinite(loss.to_numpy())]
+    before, end = lo[lo.index < steps[big[0]]], ev.tail(lo)
+    if len(before) < 3 or len(end) < 3 or lo.iloc[-1] < 0 or float(before.median()) <= 0:
+        return False
+    return float(end.median()) <= cfg.loss_factor * float(before.median())
 
 
 VALIDATION_LOSS = ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation loss", "val loss",
@@ -499,7 +516,7 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                f"the size of the RL policy loss |{policy[0]}|", cfg.policy_loss_floor)
         if hit is not None:
             out.append(hit)
-    if rl:
+    if rl or run.resolve_reward() is not None:  # (an offline RL log may hold only an evaluation return)
         for name, series in run.matching(lambda n: VALUE_LOSS.search(n) is not None):
             hit = _value_loss_blowup(run, name, series, cfg)
             if hit is not None:
@@ -589,9 +606,16 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         r_early = max(abs(r_first), diff_noise(r.to_numpy()), 1e-12)
         error_growth = float(np.sqrt(vals.max() / early))
         return_growth = abs(best[1]) / r_early if best is not None and best[1] > r_first else 1.0
-        if error_growth <= np.sqrt(cfg.grad_blowup_factor) * max(return_growth, 1.0):
+        # (or the error is beyond any return the run has seen: x100 the largest, in the return's
+        # units: a return that grew from 0 has no ratio to compare with)
+        beyond = float(np.sqrt(vals.max())) > cfg.grad_blowup_factor * float(np.abs(r.to_numpy()).max())
+        if error_growth <= np.sqrt(cfg.grad_blowup_factor) * max(return_growth, 1.0) and not beyond:
             return None
-        fell += (f"; its error grew x{fmt(error_growth)}, the return's scale x{fmt(return_growth)}")
+        if beyond:
+            fell += (f"; its error, sqrt {fmt(float(np.sqrt(vals.max())))}, is over {fmt(cfg.grad_blowup_factor)}x "
+                     f"the largest {reward[0]} seen, {fmt(float(np.abs(r.to_numpy()).max()))}")
+        else:
+            fell += (f"; its error grew x{fmt(error_growth)}, the return's scale x{fmt(return_growth)}")
     top = int(big[int(np.argmax(vals[big]))])
     start = _climb_start(s, int(s.index.get_loc(first)), earlier, best, cfg)
     climb = ""

@@ -16,7 +16,7 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
-from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, Finding
+from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
 
 thresholds(
@@ -32,9 +32,10 @@ RULES = declare(DIVERGENCE, {
     "kl_rise": "new-vs-old KL (or KL to the reference) 10x its median and staying",
     "kl_ref_blowup": "KL to the reference 100x its early level and staying",
     "ppo_kl_out_of_region": "new-vs-old KL at 1 nat or more per update, staying: no update stays in the trust region",
-}, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region"),
+    "ppo_kl_spike": "new-vs-old KL at 1 nat or more for a few updates, then back: a warning unless a lasting change starts with it",
+}, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region"), spike=("ppo_kl_spike",),
    thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_floor"),
-               "ppo_kl_out_of_region": ("ppo_kl_ceiling",)})
+               "ppo_kl_out_of_region": ("ppo_kl_ceiling",), "ppo_kl_spike": ("ppo_kl_ceiling",)})
 
 
 @register_detector("kl_explosion", "KL to reference (x100) or new-vs-old KL (x10) explodes and stays up: divergence")
@@ -52,6 +53,7 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             if hit is not None:
                 out.append(hit)
                 continue
+            out += _trust_region_spikes(name, s, cfg)
         if canonical == "kl":
             hit = _reference_kl_blowup(name, s, cfg)
             if hit is not None:
@@ -69,10 +71,34 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             # a new-vs-old KL settling at PPO's usual 0.01-0.03 after tiny first updates is training
             continue
         base = ev.baseline(s, shift, positive=True)
+        after = float(np.median(s[s.index >= shift.onset_step].to_numpy()))
+        if after < cfg.kl_factor * ev.median_value(base):
+            # "10x its median and staying": the level from the rise on, not one record's peak (a
+            # KL that spikes and comes back to a few times its early level has not run away)
+            continue
         level = ev.median_of(base, ev.baseline(s, shift))
         out.append(Finding(DIVERGENCE, shift.onset_step, CRITICAL, name, "kl_rise",
                            f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
                            f"({ev.ratio(shift.peak, ev.median_value(base))} the {level} before the rise)"))
+    return out
+
+
+def _trust_region_spikes(name: str, s, cfg: DiagnoseConfig) -> list[Finding]:
+    """Each stretch of updates whose new-vs-old KL is at ``ppo_kl_ceiling`` or more and then comes
+    back: updates that left the trust region. A warning; verdict.py makes it the cause when a lasting
+    change (the reward falling for good) starts with it: the update that broke the policy."""
+    vals = s.to_numpy(dtype=float)
+    out = []
+    above = vals >= cfg.ppo_kl_ceiling
+    starts = np.flatnonzero(above & ~np.r_[False, above[:-1]])
+    for i in starts:
+        j = i
+        while j + 1 < len(vals) and above[j + 1]:
+            j += 1
+        top = i + int(np.argmax(vals[i:j + 1]))
+        out.append(Finding(DIVERGENCE, int(s.index[i]), WARNING, name, "ppo_kl_spike",
+                           f"{name} at {ev.rec(s, int(s.index[i]))}, peak {ev.rec(s, int(s.index[top]))}, "
+                           f"{j - i + 1} update(s) at or above {fmt(cfg.ppo_kl_ceiling)} nat, then back"))
     return out
 
 

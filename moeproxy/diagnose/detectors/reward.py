@@ -39,6 +39,7 @@ RULES = declare(REWARD_COLLAPSE, {
 
 # a success rate (``TestSuccess``, ``rollout/success_rate``, ``is_success``), not a count of successes
 _SUCCESS_RATE = re.compile(r"success(?:[ _/]?rate)?$")
+_SPREAD = re.compile(r"(?:^|[/_ ])(?:std|stddev|var|variance|min|max)$")
 
 
 def _is_eval_score(name: str) -> bool:
@@ -46,6 +47,8 @@ def _is_eval_score(name: str) -> bool:
     ``TestSuccess``, ``success_rate``) or an evaluation reward/score: a bounded score that a reward
     collapse takes down with it."""
     low = name.lower()
+    if _SPREAD.search(low):  # its spread or extremes over the episodes, not the score
+        return False
     evaluation = low.startswith(("eval/", "val/", "test/", "eval_", "val_", "validation")) or "heldout" in low
     return ("accuracy" in low or low.endswith(("/acc", "_acc")) or _SUCCESS_RATE.search(low) is not None or
             (evaluation and any(w in low for w in ("reward", "score"))))

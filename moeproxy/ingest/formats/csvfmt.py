@@ -110,6 +110,9 @@ def parse_csv(src: SourceFile) -> ParsedLog:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{src.path}: malformed CSV ({str(exc).splitlines()[0]})") from None
     table = LogTable()
+    stripped = [str(c).strip() for c in df.columns]
+    if len(set(stripped)) == len(stripped):  # YOLOv5/v8's results.csv pads its names to a width
+        df.columns = stripped
     columns = list(df.columns)
     rank = -1
     m = RANK_DIR.search(src.path.parent.name)

@@ -190,6 +190,27 @@ def _counts_epochs(records: list[dict]) -> bool:
     return all(b > a for a, b in zip(epochs, epochs[1:]))
 
 
+def _counts_within_epochs(records: list[dict]) -> bool:
+    """The step key counts iterations within an epoch (OpenMMLab's ``{"epoch": 2, "iter": 50}``):
+    it goes back, and only where the whole-number ``epoch`` of the record moves on; the epoch never
+    goes back. (A resumed run's step goes back with its epoch: that is a new attempt.)"""
+    last_step = last_epoch = None
+    resets = 0
+    for r in records:
+        step, epoch = split_step(r)[0], r.get("epoch")
+        if step is None or not isinstance(epoch, int) or isinstance(epoch, bool):
+            continue
+        if last_epoch is not None:
+            if epoch < last_epoch:
+                return False
+            if step < last_step:
+                if epoch == last_epoch:
+                    return False
+                resets += 1
+        last_step, last_epoch = step, epoch
+    return resets > 0
+
+
 def _records_to_table(records, table: LogTable) -> bool:
     """Add flat records; returns True when the record index had to stand in for the step.
 
@@ -205,6 +226,10 @@ def _records_to_table(records, table: LogTable) -> bool:
     by_epoch = from_index and _counts_epochs(ahead)
     if by_epoch:  # one record per epoch (``{"train_loss": ..., "epoch": 251}``): the epoch is the step
         from_index = False
+    # iterations counted within each epoch: the step runs on across epochs (each epoch's count
+    # starts after the last training iteration of the one before), so that epoch 1 keeps its own
+    within = not from_index and _counts_within_epochs(ahead)
+    offset, top, epoch_now = 0, 0, None
     prefixes: dict[str, str | None] = {}
     last = None
     for index, flat in enumerate(itertools.chain(ahead, flat_records)):
@@ -226,6 +251,13 @@ def _records_to_table(records, table: LogTable) -> bool:
             step, metrics = flat["epoch"], {k: v for k, v in metrics.items() if k != "epoch"}
         if key is not None:
             metrics.pop(key, None)
+        if within and step is not None and isinstance(epoch := flat.get("epoch"), int):
+            if epoch_now is not None and epoch > epoch_now and step < top:
+                offset, top = offset + top, 0
+            epoch_now = epoch
+            if not prefix:
+                top = max(top, step)
+            step = offset + step
         if step is None:
             if from_index:
                 step = index

@@ -1,0 +1,59 @@
+"""Reading gaps blind21 showed (made-up logs of the same shapes): a CSV whose column names are padded
+to a width (YOLOv5/v8's results.csv), JSON lines that count iterations within each epoch
+(OpenMMLab's ``*.log.json``), and an environment-step column named ``timestep``."""
+
+from __future__ import annotations
+
+import json
+
+from moeproxy.ingest import parse_file
+
+
+def _by_metric(parsed):
+    frame = parsed.frame
+    return {m: dict(zip(g["step"], g["value"])) for m, g in frame.groupby("metric", observed=True)}
+
+
+def test_a_csv_with_padded_column_names_steps_by_its_epoch(tmp_path):
+    log = tmp_path / "results.csv"
+    head = ",".join(f"{n:>24}" for n in ("epoch", "train/box_loss", "metrics/mAP50(B)", "lr/pg0"))
+    rows = [",".join(f"{v:>24}" for v in (e, 0.9 - e / 100, e / 50, 1e-3)) for e in range(1, 31)]
+    log.write_text("\n".join([head, *rows]) + "\n")
+    parsed = parse_file(log)
+    metrics = _by_metric(parsed)
+    assert not parsed.step_from_index
+    assert sorted(metrics["train/box_loss"]) == list(range(1, 31))
+    assert "epoch" not in metrics
+
+
+def test_iterations_counted_within_each_epoch_run_on_across_epochs(tmp_path):
+    log = tmp_path / "20210218_222702.log.json"
+    lines = [json.dumps({"env_info": "sys.platform: linux", "seed": 0})]
+    for epoch in (1, 2, 3):
+        for it in range(50, 501, 50):
+            lines.append(json.dumps({"mode": "train", "epoch": epoch, "iter": it, "lr": 0.01,
+                                     "loss": 2.0 - epoch / 10 - it / 5000}))
+        lines.append(json.dumps({"mode": "val", "epoch": epoch, "iter": 619, "bbox_mAP": 0.1 * epoch}))
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    loss = _by_metric(parsed)["loss"]
+    # epoch 1 keeps its own iterations (a reader dates an epoch-1 failure by them); epoch 2 goes on
+    # from the last training iteration of epoch 1
+    assert sorted(loss)[:10] == list(range(50, 501, 50))
+    assert sorted(loss)[10:12] == [550, 600] and max(loss) == 1500
+    assert len(loss) == 30
+    # a resumed run (the iteration and the epoch both go back) is not read this way
+    resumed = tmp_path / "resumed.jsonl"
+    resumed.write_text("\n".join(json.dumps({"epoch": e, "iter": i, "loss": 1.0})
+                                 for e, i in [(1, 50), (1, 100), (2, 50), (1, 50), (1, 100)]) + "\n")
+    assert sorted(set(_by_metric(parse_file(resumed))["loss"])) == [50, 100]
+
+
+def test_a_timestep_column_is_the_step(tmp_path):
+    log = tmp_path / "policy_training_progress.csv"
+    rows = ["alpha,eval/episode_reward,loss/critic1,timestep"] + [
+        f"0.5,{s / 100},{10 - s / 100},{s * 1000}" for s in range(1, 21)]
+    log.write_text("\n".join(rows) + "\n")
+    parsed = parse_file(log)
+    assert not parsed.step_from_index
+    assert sorted(_by_metric(parsed)["loss/critic1"]) == [s * 1000 for s in range(1, 21)]
