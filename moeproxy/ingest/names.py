@@ -18,6 +18,8 @@ from moeproxy.vocabulary import ALIASES, CANONICAL, LAYER_PREFIX
 _PREFIXES = ("train/", "train_", "training/")
 _PER_STEP_SUFFIX = "_step"
 _TRAILING_NOTE = re.compile(r"\s*\([^()]*\)\s*$")
+# RLlib's progress.csv: ``info/learner/<policy id>/entropy`` (``.../learner_stats/entropy`` in newer ones)
+_RLLIB_LEARNER = re.compile(r"^info/learner/[^/]+/(?:learner_stats/)?([^/]+)$")
 
 _PER_LAYER_ENTROPY = re.compile(
     r"^(?:train/)?(?:moe/)?(?:routing|router)_entropy[/_]?layer[_/]?(\d+)$", re.IGNORECASE
@@ -42,6 +44,11 @@ def canonical_of(original: str) -> tuple[str, int] | None:
     hit = _LOOKUP.get(original)
     if hit is not None:
         return hit
+    m = _RLLIB_LEARNER.match(original)
+    if m:  # RLlib's learner stats of a policy: its ``kl`` is PPO's new-vs-old KL
+        rest = m.group(1)
+        hit = ("ppo_kl", 0) if rest == "kl" else _LOOKUP.get(rest)
+        return (hit[0], hit[1] + 150) if hit is not None else None
     for prefix in _PREFIXES:
         if original.startswith(prefix) and original[len(prefix):] in _LOOKUP:
             canon, rank = _LOOKUP[original[len(prefix):]]

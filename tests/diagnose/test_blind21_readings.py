@@ -64,3 +64,16 @@ def test_an_offline_critic_blowing_up_beside_an_evaluation_return_is_divergence(
     assert res["verdict"] == "divergence", res["findings"][:3]
     assert steps[60] <= res["onset_step"] <= steps[100]
     assert not any(f["metric"] == "eval/episode_reward_std" for f in res["findings"])
+
+
+def test_a_policy_loss_blown_up_for_most_of_the_run_is_measured_against_its_start():
+    rng = np.random.default_rng(6)
+    n = 31
+    # a REINFORCE loss on returns of -2e4 (|loss| ~5e5, signed), x200 from record 8 to the end while
+    # the return falls x10: the median of |loss| is inside the blow-up
+    loss = np.r_[rng.normal(0, 5e5, 8), -1.1e8 + rng.normal(0, 1e6, n - 8)]
+    reward = np.r_[np.linspace(-4e4, -1.4e4, 7), np.full(n - 7, -1.9e5)] + rng.normal(0, 1e3, n)
+    steps = np.arange(1, n + 1) * 50 - 1
+    res = diagnose_series({"loss": dict(zip(steps, loss)), "reward_mean": dict(zip(steps, reward))})
+    assert res["verdict"] == "divergence", res["findings"][:3]
+    assert any(f["rule"] == "policy_loss_blowup" for f in res["findings"])

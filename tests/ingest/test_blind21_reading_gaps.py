@@ -57,3 +57,12 @@ def test_a_timestep_column_is_the_step(tmp_path):
     parsed = parse_file(log)
     assert not parsed.step_from_index
     assert sorted(_by_metric(parsed)["loss/critic1"]) == [s * 1000 for s in range(1, 21)]
+
+
+def test_rllib_learner_stats_of_any_policy_are_known():
+    from moeproxy.ingest.names import canonical_of
+
+    assert canonical_of("info/learner/ue/entropy")[0] == "policy_entropy"
+    assert canonical_of("info/learner/default_policy/learner_stats/entropy")[0] == "policy_entropy"
+    assert canonical_of("info/learner/default_policy/kl")[0] == "ppo_kl"   # PPO's new-vs-old KL there
+    assert canonical_of("info/learner/ue/entropy_coeff") is None

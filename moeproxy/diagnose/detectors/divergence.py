@@ -104,14 +104,18 @@ def _candidates(run: RunSeries) -> list[tuple[str, str]]:
 
 
 
-def _zero_advantage_masked(series, cfg: DiagnoseConfig, idle=None):
+def _zero_advantage_masked(series, cfg: DiagnoseConfig, idle=None, near_zero: bool = True):
     """GRPO steps whose groups all had equal rewards carry (almost) no gradient: grad norm and loss
     are ~0 there by design. Such records say nothing about stability, and a jump back from them is
     not a spike: they are masked (NaN) for the spike rules. ``idle``: the steps whose policy loss is
     exactly 0 (``semantics.zero_advantage_steps``), masked whatever their grad norm (when most steps
-    are idle, the usual level is theirs and a quantile cannot tell them)."""
+    are idle, the usual level is theirs and a quantile cannot tell them). ``near_zero`` off: only
+    those (a policy loss is exactly 0 there; its records far below its 75th percentile may be the
+    run before a blow-up that lasts)."""
     if idle is not None and len(idle):
         series = series.mask(series.index.isin(idle))
+    if not near_zero:
+        return series
     vals = series.to_numpy(dtype=float)
     finite = vals[np.isfinite(vals) & (vals > 0)]
     if finite.size < 3:
@@ -381,12 +385,21 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
     are not out of its range."""
     full = series.abs() if rl else series
     if rl:
-        series = _zero_advantage_masked(series.abs(), cfg, idle)
+        series = _zero_advantage_masked(series.abs(), cfg, idle, near_zero=floor <= 0)
     vals = series.to_numpy(dtype=float)
     ok = np.isfinite(vals) & (vals > 0)
     if ok.sum() < 4:
         return None
     med = float(np.median(vals[ok]))
+    recs = pd.Series(vals[ok], index=series.index.to_numpy()[ok])
+    if floor > 0:
+        # a policy loss blown up for most of the run has its median inside the blow-up: measured
+        # against its first quarter too (the floor keeps a GRPO loss near 0 early from counting)
+        head = recs.iloc[:max(cfg.min_history, len(recs) // 4)]
+        if float(head.median()) < med:
+            med, recs = float(head.median()), head
+        if med <= 0:
+            return None
     big = np.flatnonzero(ok & (vals >= max(cfg.grad_blowup_factor * med, floor)))
     steps = series.index.to_numpy()
     if loss is not None and big.size and big[0] == np.flatnonzero(ok)[0]:
@@ -406,7 +419,6 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
         return None
     first = int(steps[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
     top = int(big[int(np.argmax(vals[big]))])
-    recs = pd.Series(vals[ok], index=steps[ok])
     return Finding(DIVERGENCE, first, CRITICAL, name, rule,
                    f"{shown} reached {fmt(float(vals[top]))} at step {int(steps[top])} "
                    f"({fmt(float(vals[top]) / med)}x the run's {ev.median_of(recs, full)}); {big.size} records at "
