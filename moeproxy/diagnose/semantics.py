@@ -177,6 +177,25 @@ def startup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
     return end
 
 
+def lr_warmup_end_step(run: RunSeries) -> int | None:
+    """The step a learning-rate warm-up ends (the lr climbs from under half its peak, never falling,
+    to its peak within the first 40 % of its records), or None. Gradient norms move with the step
+    size while it ramps: their level is read from the end of the warm-up on."""
+    found = run.resolve("lr")
+    if found is None:
+        return None
+    lr = found[1].dropna()
+    vals = lr.to_numpy(dtype=float)
+    if vals.size < 5 or not np.all(np.isfinite(vals)) or vals.max() <= 0:
+        return None
+    peak = int(np.argmax(vals))
+    if peak == 0 or peak > 0.4 * vals.size or vals[0] >= 0.5 * vals[peak]:
+        return None
+    if np.any(np.diff(vals[:peak + 1]) < 0):
+        return None
+    return int(lr.index[peak])
+
+
 def is_validation_loss(name: str) -> bool:
     low = name.lower()
     return low.endswith("loss") and low.split("/")[0].split("_")[0].split(" ")[0] in ("eval", "val", "valid",

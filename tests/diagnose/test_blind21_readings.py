@@ -77,3 +77,18 @@ def test_a_policy_loss_blown_up_for_most_of_the_run_is_measured_against_its_star
     res = diagnose_series({"loss": dict(zip(steps, loss)), "reward_mean": dict(zip(steps, reward))})
     assert res["verdict"] == "divergence", res["findings"][:3]
     assert any(f["rule"] == "policy_loss_blowup" for f in res["findings"])
+
+
+def test_a_grad_norm_is_read_from_the_end_of_the_lr_warm_up():
+    rng = np.random.default_rng(8)
+    n = 120
+    steps = np.arange(1, n + 1) * 50
+    lr = np.minimum(steps / 500, 1.0) * 0.01                       # linear warm-up over 500 iterations
+    # tiny norms over the first updates of the ramp, then the run's usual level
+    grad = np.where(steps <= 150, 0.05, 5.0) * np.exp(rng.normal(0, 0.2, n))
+    loss = 3.4 + rng.normal(0, 0.05, n)
+    grad[steps >= 1100] = 1e4 * np.exp(rng.normal(0, 0.3, int((steps >= 1100).sum())))
+    loss[steps >= 1100] = 50 + rng.normal(0, 2, int((steps >= 1100).sum()))
+    res = diagnose_series({"lr": dict(zip(steps, lr)), "grad_norm": dict(zip(steps, grad)),
+                           "loss": dict(zip(steps, loss))})
+    assert res["verdict"] == "divergence" and 1000 <= res["onset_step"] <= 1100, res["findings"][:3]

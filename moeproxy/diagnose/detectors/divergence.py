@@ -21,7 +21,7 @@ from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive
-from moeproxy.diagnose.semantics import is_validation_loss, startup_end_step, zero_advantage_steps
+from moeproxy.diagnose.semantics import is_validation_loss, lr_warmup_end_step, startup_end_step, zero_advantage_steps
 from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -499,12 +499,16 @@ def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig)
 @register_detector("divergence", "loss or grad-norm spike or sustained blow-up, finite at first")
 def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run, cfg)
+    warmup_end = lr_warmup_end_step(run)
     out: list[Finding] = []
     rl = run.is_rl
     idle = zero_advantage_steps(run)
     for name, kind in _candidates(run):
         loss = run.resolve("loss") if kind == "grad" and not rl else None
-        found = detect_series_divergence(name, kind, run.get(name), cfg, start_end, rl,
+        begin = start_end
+        if kind == "grad" and warmup_end is not None:  # a grad norm's level from the end of the lr warm-up
+            begin = max(begin if begin is not None else warmup_end, warmup_end)
+        found = detect_series_divergence(name, kind, run.get(name), cfg, begin, rl,
                                          loss[1] if loss is not None else None, idle)
         if kind == "grad" and not any(f.severity == CRITICAL for f in found):
             hit = _repeated_blowup(name, run.get(name), cfg, rl, "grad_blowup", name,
