@@ -66,3 +66,23 @@ def test_rllib_learner_stats_of_any_policy_are_known():
     assert canonical_of("info/learner/default_policy/learner_stats/entropy")[0] == "policy_entropy"
     assert canonical_of("info/learner/default_policy/kl")[0] == "ppo_kl"   # PPO's new-vs-old KL there
     assert canonical_of("info/learner/ue/entropy_coeff") is None
+
+
+def test_keras_epochs_among_other_lines_are_found(tmp_path):
+    # blind22: a README pasting Keras' console output, each epoch's metrics on the line after its
+    # ``Epoch n/N`` line, among start-up lines and warnings that outnumber the metric lines
+    lines = ["python3 train.py", "Using device: /CPU:0"]
+    for run in range(3):
+        lines += [f"Loading {5912 + run} training pairs...", "Loading 1478 validation pairs...", "",
+                  f"Training config {run} on /CPU:0..."]
+        for epoch in range(1, 6):
+            lines += [f"Epoch {epoch}/5",
+                      f"370/370 \u2501\u2501\u2501\u2501\u2501\u2501 4287s 12s/step - accuracy: 0.{epoch}026 - loss: "
+                      f"{0.9 - epoch / 10:.4f} - val_accuracy: 0.0037 - val_loss: 0.8{epoch}"]
+        lines += ["WARNING:absl:You are saving your model as an HDF5 file via `model.save()`. This file format "
+                  "is considered legacy.", "Model saved."]
+    log = tmp_path / "README.md"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    assert parsed.format == "text"
+    assert set(_by_metric(parsed)["loss"]) == {1, 2, 3, 4, 5}

@@ -261,8 +261,11 @@ def test_crc32c_matches_tensorboard_in_bulk_and_for_long_records():
     assert crc32c_equal_length(buf, starts, 90).tolist() == [crc32c(buf[s:s + 90].tobytes()) for s in starts]
 
 
-@pytest.mark.parametrize("where", [0.05, 0.5, 0.97])
-def test_a_flipped_byte_anywhere_is_an_error_at_its_record(tmp_path, where):
+@pytest.mark.parametrize("where", [0.0, 0.05, 0.5, 0.97])
+def test_a_flipped_byte_stops_the_read_at_its_record_with_a_warning(tmp_path, where):
+    """A record whose checksum does not match (a crash mid-write, a bad disk block): the records before
+    it are kept and the warning names the record's offset and the bytes not read (TensorBoard's own
+    loader stops at its first bad record too); corrupt from the first record, nothing is stored."""
     tbx = pytest.importorskip("tensorboardX")
     w = tbx.SummaryWriter(str(tmp_path / "tb"))
     for step in range(2000):
@@ -278,8 +281,16 @@ def test_a_flipped_byte_anywhere_is_an_error_at_its_record(tmp_path, where):
     data[at] ^= 0x01
     path.write_bytes(bytes(data))
     record = max(s for s in starts if s <= at)
-    with pytest.raises(InputError, match=rf"record at offset {record}: corrupt"):
-        parse_file(path)
+    if record == 0:
+        with pytest.raises(InputError, match=r"record at offset 0: corrupt"):
+            parse_file(path)
+        return
+    parsed = parse_file(path)
+    assert any(f"record at offset {record}: corrupt" in w and f"bytes {record}-{len(data)} not read" in w
+               for w in parsed.warnings), parsed.warnings
+    steps = sorted(set(parsed.frame["step"]))
+    kept = sum(1 for s in starts if s < record) - 1          # the first record is the file version
+    assert steps == list(range(kept)), (len(steps), kept)
 
 
 def test_the_bench_writer_writes_what_tensorboardx_writes(tmp_path):

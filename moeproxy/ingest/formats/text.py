@@ -397,7 +397,7 @@ LOOK_PAST_RECORDS = 8
 def sniff_text(src: SourceFile) -> float:
     lines = [l for l in src.head_lines() if l.strip()]
     with_step = 0
-    header = False
+    header = epoch_alone = False
     for raw in lines:
         # the first HEAD_BYTES of a line hold its step counter and first pairs: a record wider than
         # that (thousands of per-expert values) is judged by them, at the cost of a head, not of the line
@@ -405,8 +405,13 @@ def sniff_text(src: SourceFile) -> float:
         if STEP_HEADER.match(line):
             header = True
             continue
+        after_epoch, epoch_alone = epoch_alone, bool(EPOCH_HEADER.match(line))
+        if epoch_alone:
+            continue
         hit = find_step(line)
-        if hit is not None and extract_pairs(hit[1]):
+        if after_epoch and len(extract_pairs(line)) >= 2:
+            with_step += 1  # Keras: ``Epoch 3/15``, then the epoch's metrics on the progress line
+        elif hit is not None and extract_pairs(hit[1]):
             with_step += 1
         elif hit is None and header and (extract_pairs(line) or bare_pair(line)):
             with_step += 1

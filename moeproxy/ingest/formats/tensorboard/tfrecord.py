@@ -128,9 +128,27 @@ def _check(src: SourceFile, buf: np.ndarray, base: int, starts: np.ndarray) -> n
             if first_bad is None or at < first_bad[0]:
                 first_bad = (at, "data")
     if first_bad is not None:
-        raise InputError(f"{src.path}: record at offset {base + first_bad[0]}: corrupt ({first_bad[1]} checksum "
-                         "mismatch); nothing stored")
+        raise CorruptRecord(base + first_bad[0], first_bad[1])
     return lengths
+
+
+class CorruptRecord(Exception):
+    """A record whose length or data checksum does not match (``offset``: its first byte)."""
+
+    def __init__(self, offset: int, what: str):
+        super().__init__(offset, what)
+        self.offset, self.what = offset, what
+
+
+def _cut_at(src: SourceFile, bad: CorruptRecord, read: int) -> None:
+    """A corrupt record after ``read`` good records' bytes: the file is read up to it (as TensorBoard's
+    own loader stops at its first bad record) and the rest named in a warning; a file corrupt from
+    its first record is refused, nothing stored."""
+    if bad.offset == 0 or read == 0:
+        raise InputError(f"{src.path}: record at offset {bad.offset}: corrupt ({bad.what} checksum mismatch); "
+                         "nothing stored")
+    src.warnings.append(f"record at offset {bad.offset}: corrupt ({bad.what} checksum mismatch): bytes "
+                        f"{bad.offset}-{src.size} not read; the records before it are kept")
 
 
 def record_windows(src: SourceFile):
@@ -149,7 +167,17 @@ def record_windows(src: SourceFile):
             buf = np.frombuffer(data, dtype=np.uint8)
             starts, end = _walk(data, buf, len(data))
             if len(starts):
-                lengths = _check(src, buf, offset, starts)
+                try:
+                    lengths = _check(src, buf, offset, starts)
+                except CorruptRecord as bad:
+                    keep = starts < bad.offset - offset
+                    if keep.any():
+                        h.update(memoryview(data)[:bad.offset - offset])
+                        yield buf, offset, starts[keep] + 12, _check(src, buf, offset, starts[keep])
+                    _cut_at(src, bad, bad.offset)
+                    src.parsed_end = bad.offset
+                    src.set_sha256(h.hexdigest(), bad.offset)
+                    return
                 h.update(memoryview(data)[:end])
                 yield buf, offset, starts + 12, lengths
             carry = data[end:]
@@ -157,11 +185,23 @@ def record_windows(src: SourceFile):
             if offset + len(carry) >= src.size:
                 break
             if len(carry) >= 12:
-                _check_header(src, carry, offset)
+                try:
+                    _check_header(src, carry, offset)
+                except CorruptRecord as bad:
+                    _cut_at(src, bad, offset)
+                    src.parsed_end = offset
+                    src.set_sha256(h.hexdigest(), offset)
+                    return
                 if 16 + _HEAD.unpack_from(carry, 0)[0] > src.size - offset:  # it cannot end in this file
                     break
     if carry:
-        _check_header(src, carry, offset)
+        try:
+            _check_header(src, carry, offset)
+        except CorruptRecord as bad:
+            _cut_at(src, bad, offset)
+            src.parsed_end = offset
+            src.set_sha256(h.hexdigest(), offset)
+            return
         src.warnings.append(f"offset {offset}: the last record is cut (bytes {offset}-{src.size} of a file "
                             "still being written, or cut by a crash): skipped")
     src.parsed_end = offset
@@ -173,5 +213,4 @@ def _check_header(src: SourceFile, rest: bytes, offset: int) -> None:
     if len(rest) >= 12:
         length_crc = _HEAD.unpack_from(rest, 0)[1]
         if masked(crc32c(rest[:8])) != length_crc:
-            raise InputError(f"{src.path}: record at offset {offset}: corrupt (length checksum mismatch); "
-                             "nothing stored")
+            raise CorruptRecord(offset, "length")
