@@ -139,6 +139,7 @@ STEP_KEYS: tuple[str, ...] = (
     # RLlib's training iteration (one sample-and-update round), after its timesteps_total: reported
     # beside the onset as the log's other counter
     "training_iteration",
+    "nupdates",  # OpenAI baselines' PPO2: its update count beside total_timesteps
 )
 
 # counters of whole epochs or episodes: a table's step when it has no step key and one of these counts

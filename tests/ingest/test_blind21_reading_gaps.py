@@ -86,3 +86,17 @@ def test_keras_epochs_among_other_lines_are_found(tmp_path):
     parsed = parse_file(log)
     assert parsed.format == "text"
     assert set(_by_metric(parsed)["loss"]) == {1, 2, 3, 4, 5}
+
+
+def test_baselines_ppo2_update_count_is_reported_beside_the_onset(tmp_path):
+    from moeproxy.diagnose.evaluation import diagnose_path
+
+    log = tmp_path / "progress.csv"
+    rows = ["eprewmean,nupdates,policy_entropy,total_timesteps"]
+    for u in range(1, 61):
+        entropy = 2.5 if u < 30 else 2.5 * 0.85 ** (u - 29)
+        rows.append(f"{0.1 + 0.001 * (u % 3)},{u},{entropy},{u * 1024}")
+    log.write_text("\n".join(rows) + "\n")
+    res = diagnose_path(log)
+    assert res["verdict"] == "entropy_collapse", res["findings"][:2]
+    assert res["onset_counters"]["nupdates"] == res["onset_step"] / 1024
