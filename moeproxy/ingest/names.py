@@ -171,6 +171,11 @@ _FRAMEWORK_HINTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nemo-rl", ("token_mult_prob_error", "gen_kl_error", "approx_entropy")),
     ("megatron", ("lm loss", "number of skipped iterations", "grad-norm", "load_balancing_loss")),
     ("ml-agents", ("Environment/Cumulative Reward", "Policy/Entropy", "Losses/Policy Loss")),
+    ("stable-baselines3", ("rollout/ep_rew_mean", "time/total_timesteps", "time/fps", "train/clip_fraction",
+                           "train/entropy_loss")),
+    ("rllib", ("episode_reward_mean", "timesteps_total", "info/num_env_steps_sampled")),
+    ("mmdetection", ("loss_cls", "loss_bbox", "loss_rpn_cls", "data_time")),
+    ("ultralytics", ("train/box_loss", "metrics/mAP50(B)", "metrics/mAP_0.5")),
     ("hf-trainer", ("learning_rate", "epoch")),
 )
 

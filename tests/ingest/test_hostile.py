@@ -186,7 +186,10 @@ def _event_file(d: Path, steps: int = 100) -> Path:
 
 
 @pytest.mark.parametrize("where", [0.3, 0.6, 0.9])
-def test_a_corrupt_tensorboard_record_is_an_error_with_its_offset(tmp_path, where, capsys):
+def test_a_corrupt_tensorboard_record_stops_the_read_there_and_is_named(tmp_path, where, capsys):
+    """A record whose checksum fails mid-file (a crash mid-write, a bad block): the records before it
+    are stored, the warning names its offset and the bytes not read, and what was stored before is
+    unchanged (TensorBoard's own loader stops at its first bad record too)."""
     path = _event_file(tmp_path / "tb")
     data = bytearray(path.read_bytes())
     data[int(len(data) * where)] ^= 0xFF
@@ -194,9 +197,17 @@ def test_a_corrupt_tensorboard_record_is_an_error_with_its_offset(tmp_path, wher
     store = Store(tmp_path / "db.duckdb")
     ingest_paths(store, [LOGS / "megatron.log"], run="keep")
     before = _digest(store)
-    rc, out, err = _cli(capsys, path, "--db", store.path)
-    assert rc == 2 and re.search(r"record at offset \d+: corrupt", err) and len(err.strip().splitlines()) == 1
-    assert _digest(store) == before
+    rc, out, err = _cli(capsys, path, "--db", store.path, "--run", "cut")
+    m = re.search(r"record at offset (\d+): corrupt \((?:length|data) checksum mismatch\): bytes (\d+)-(\d+) not read",
+                  out + err)
+    assert rc == 0 and m, (rc, out, err)
+    assert int(m.group(1)) == int(m.group(2)) <= int(len(data) * where) and int(m.group(3)) == len(data)
+    after = _digest(store)
+    assert set(before[2]) <= set(after[2]) and set(before[0]) <= set(after[0])   # the kept run untouched
+    runs = store.runs().set_index("run")
+    assert "keep" in runs.index and 0 < runs.loc["cut", "steps"] < 100
+    parsed = parse_file(path)
+    assert list(parsed.frame.sort_values("step")["value"]) == [1.0 + s for s in range(parsed.frame["step"].nunique())]
 
 
 @pytest.mark.parametrize("where", [0.3, 0.6, 0.99])
