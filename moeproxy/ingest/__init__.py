@@ -97,15 +97,19 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     src, log_format = open_and_detect(path, fmt)
     src.carry = carry
     parsed = _parse(src, log_format)
-    if len(parsed.rows) == 0 and fmt == "auto":  # the head looked like one format, the records are another's
-        from moeproxy.ingest.detect import runners_up
+    # the head looked like one format, the records are another's: the winner read nothing, or a few
+    # values among thousands of lines it skipped (a config dump's dicts before mmengine's log lines)
+    thin = len(parsed.rows) == 0 or (len(parsed.rows) < THIN_ROWS and parsed.skipped_lines > 10 * len(parsed.rows))
+    if thin and fmt == "auto":
+        from moeproxy.ingest.detect import past_preamble, runners_up
 
-        for other in runners_up(src, log_format):
+        others = runners_up(src, log_format)
+        for other in others + [f for f in past_preamble(src, log_format) if f not in others]:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
-            if len(attempt.rows):
+            if len(attempt.rows) > 10 * len(parsed.rows):
                 parsed, log_format = attempt, other
                 break
     if len(parsed.rows) == 0 and not allow_empty:
@@ -114,6 +118,9 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     parsed.bytes_parsed = src.end
     parsed.warnings = src.nul_warnings() + list(src.warnings) + parsed.warnings
     return parsed
+
+
+THIN_ROWS = 100  # a winner that read fewer values than this among ten times as many skipped lines
 
 
 def _parse(src, log_format) -> ParsedLog:

@@ -45,6 +45,20 @@ def runners_up(src: SourceFile, winner: LogFormat) -> list[LogFormat]:
     return [fmt for _, fmt in sorted(scored, key=lambda x: -x[0])]
 
 
+def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
+    """The formats that score a window further into the file (``sniff_windows``), first found first,
+    other than ``exclude``: the records' format when a preamble's lines (a config dump of dicts)
+    looked like another's."""
+    found: list[LogFormat] = []
+    for _ in src.sniff_windows():
+        best = _best(src, text_only=True)
+        if best is not None and best[1] is not exclude and best[1] not in found:
+            found.append(best[1])
+            if len(found) >= 2:
+                break
+    return found
+
+
 def _best(src: SourceFile, text_only: bool = False) -> tuple[float, LogFormat] | None:
     best: tuple[float, LogFormat] | None = None
     for fmt in FORMATS.values():

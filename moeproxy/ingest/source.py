@@ -225,7 +225,11 @@ class SourceFile:
         if self.encoding is None or self.encoding == "utf-16":
             return
         saved = (self._sniff_head, self._sniff_lines)
-        start = len(self.sniff_head())
+        head = self.sniff_head()
+        start = len(head)
+        lines = head.split(b"\n", HEAD_LINES)
+        if len(lines) > HEAD_LINES:  # sniffers saw only the head's first HEAD_LINES lines: go on after them
+            start = len(head) - len(lines[-1])
         try:
             with self.open_checked() as fh:
                 while start < min(self.size, limit):
@@ -236,6 +240,9 @@ class SourceFile:
                     cut = data.rfind(b"\n") + 1 if start + len(data) < self.size else len(data)
                     if cut <= 0:
                         break
+                    lines = data.split(b"\n", HEAD_LINES)
+                    if len(lines) > HEAD_LINES:  # a window is what the sniffers see: its first HEAD_LINES lines
+                        cut = len(data) - len(lines[-1])
                     self._sniff_head, self._sniff_lines = data[:cut], None
                     yield start
                     start += cut

@@ -100,3 +100,31 @@ def test_baselines_ppo2_update_count_is_reported_beside_the_onset(tmp_path):
     res = diagnose_path(log)
     assert res["verdict"] == "entropy_collapse", res["findings"][:2]
     assert res["onset_counters"]["nupdates"] == res["onset_step"] / 1024
+
+
+def test_mmengine_lines_after_a_config_dump_of_dicts_are_the_records(tmp_path):
+    # blind22: an mmdetection (mmengine) console log whose head is the config dump (Python dicts the
+    # printed-dicts reader takes for records); the training lines count iterations within each epoch
+    # and the validation lines their own batches
+    head = ["env_cfg = dict(cudnn_benchmark=False, mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0))",
+            "model = dict(type='CascadeRCNN', data_preprocessor=dict(type='DetDataPreprocessor', pad_size_divisor=32))"]
+    head += ["    dict(type='LoadImageFromFile', backend_args=None),", "    dict(type='LoadAnnotations', with_bbox=True),",
+             "    dict(type='Resize', scale=(1333, 800), keep_ratio=True),", "    dict(type='RandomFlip', prob=0.5),",
+             "    dict(type='PackDetInputs'),", "train_pipeline = [", "]", ""] * 50
+    lines = list(head)
+    for epoch in range(1, 9):
+        for it in (50, 100, 150):
+            loss = 0.4 if epoch < 6 else 4.0
+            lines.append(f"05/31 04:13:56 - mmengine - INFO - Epoch(train)  [{epoch}][{it:3d}/151]  lr: 1.0e-02  "
+                         f"eta: 1:37:55  time: 1.6441  data_time: 0.0433  memory: 17594  loss: {loss + it / 1e4:.4f}  "
+                         f"grad_norm: {2.0 if epoch < 6 else 400.0}")
+        for it in (50, 100):
+            lines.append(f"05/31 04:17:08 - mmengine - INFO - Epoch(val)  [{epoch}][{it:3d}/335]    eta: 0:00:43  "
+                         f"time: 0.1538  data_time: 0.0097  memory: 17593")
+        lines.append(f"05/31 04:18:00 - mmengine - INFO - Epoch(val) [{epoch}][335/335]  coco/bbox_mAP: 0.{epoch}")
+    log = tmp_path / "train.txt"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    metrics = _by_metric(parsed)
+    assert sorted(metrics["loss"]) == [(e - 1) * 151 + it for e in range(1, 9) for it in (50, 100, 150)]
+    assert sorted(metrics["val/coco/bbox_map"]) == [(e - 1) * 151 + 150 for e in range(1, 9)]

@@ -33,6 +33,7 @@ STEP = re.compile(
 # a tqdm bar: ``| 5/300 [`` or, drawn without its bar (no terminal), ``  1% 1/184 [``
 TQDM = re.compile(r"(?:\||\d%)\s*(\d+)/(\d+)\s*\[")
 # mmengine (xtuner, mmdet): ``Epoch(train) [2][200/735]`` (epoch, iteration in it) or ``Iter(train) [240/3000]``
+MMENGINE_TIMINGS = frozenset({"eta", "time", "data_time", "memory"})
 MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s*\])?\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 # a progress fraction in brackets, ``(7000/293491)`` or ``[240/3000]``, is the step where no named
 # counter is (``Epoch:[0/2](7000/293491) loss:4.29``); an epoch's own fraction is not
@@ -315,6 +316,18 @@ def parse_text(src: SourceFile) -> ParsedLog:
         scale = SCALE_AFTER_EVENT.search(line)
         if scale and entries and entries[-1][0] == EVENT:  # apex prints the new scale on the next line
             entries[-1][3]["deepspeed/reduced_loss_scale"] = float(scale.group(1))
+            continue
+        held_out = MMENGINE.search(line)
+        if held_out and "(train)" not in held_out.group(0):
+            # mmengine's validation / test lines count their own batches: they belong to the last
+            # training step, their metrics (an mAP, beside timings) named as held-out ones
+            last = next((entry for entry in reversed(entries) if entry[0] == STEPPED), None)
+            record = pairs_of_split(line[: held_out.start()] + " , " + line[held_out.end():])
+            record = {f"val/{k}": v for k, v in record.items() if k not in MMENGINE_TIMINGS}
+            if last is not None and record:
+                last[3].update(record)  # one record of that step, not a second attempt at it
+            else:
+                skipped += 1
             continue
         hit = find_step(line)
         if hit is not None:
