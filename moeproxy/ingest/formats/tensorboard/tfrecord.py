@@ -140,15 +140,27 @@ class CorruptRecord(Exception):
         self.offset, self.what = offset, what
 
 
-def _cut_at(src: SourceFile, bad: CorruptRecord, read: int) -> None:
-    """A corrupt record after ``read`` good records' bytes: the file is read up to it (as TensorBoard's
-    own loader stops at its first bad record) and the rest named in a warning; a file corrupt from
-    its first record is refused, nothing stored."""
+def _cut_at(src: SourceFile, bad: CorruptRecord, read: int, h) -> None:
+    """A corrupt record after ``read`` good records' bytes (hashed into ``h``): the file is read up to
+    it (as TensorBoard's own loader stops at its first bad record) and the rest named in a warning; a
+    file corrupt from its first record is refused, nothing stored."""
     if bad.offset == 0 or read == 0:
         raise InputError(f"{src.path}: record at offset {bad.offset}: corrupt ({bad.what} checksum mismatch); "
                          "nothing stored")
     src.warnings.append(f"record at offset {bad.offset}: corrupt ({bad.what} checksum mismatch): bytes "
                         f"{bad.offset}-{src.size} not read; the records before it are kept")
+    src.parsed_end = read
+    src.set_sha256(h.hexdigest(), read)
+
+
+def _header_ok(src: SourceFile, rest: bytes, offset: int, h) -> bool:
+    """``_check_header``; a corrupt header ends the read there (``_cut_at``): False."""
+    try:
+        _check_header(src, rest, offset)
+    except CorruptRecord as bad:
+        _cut_at(src, bad, offset, h)
+        return False
+    return True
 
 
 def record_windows(src: SourceFile):
@@ -174,9 +186,7 @@ def record_windows(src: SourceFile):
                     if keep.any():
                         h.update(memoryview(data)[:bad.offset - offset])
                         yield buf, offset, starts[keep] + 12, _check(src, buf, offset, starts[keep])
-                    _cut_at(src, bad, bad.offset)
-                    src.parsed_end = bad.offset
-                    src.set_sha256(h.hexdigest(), bad.offset)
+                    _cut_at(src, bad, bad.offset, h)
                     return
                 h.update(memoryview(data)[:end])
                 yield buf, offset, starts + 12, lengths
@@ -185,22 +195,12 @@ def record_windows(src: SourceFile):
             if offset + len(carry) >= src.size:
                 break
             if len(carry) >= 12:
-                try:
-                    _check_header(src, carry, offset)
-                except CorruptRecord as bad:
-                    _cut_at(src, bad, offset)
-                    src.parsed_end = offset
-                    src.set_sha256(h.hexdigest(), offset)
+                if not _header_ok(src, carry, offset, h):
                     return
                 if 16 + _HEAD.unpack_from(carry, 0)[0] > src.size - offset:  # it cannot end in this file
                     break
     if carry:
-        try:
-            _check_header(src, carry, offset)
-        except CorruptRecord as bad:
-            _cut_at(src, bad, offset)
-            src.parsed_end = offset
-            src.set_sha256(h.hexdigest(), offset)
+        if not _header_ok(src, carry, offset, h):
             return
         src.warnings.append(f"offset {offset}: the last record is cut (bytes {offset}-{src.size} of a file "
                             "still being written, or cut by a crash): skipped")
