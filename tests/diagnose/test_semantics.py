@@ -283,3 +283,14 @@ def test_a_per_step_copy_sparser_than_the_epoch_copy_gives_way_to_it(tmp_path):
     dense = {"loss": _series(_healthy_loss()), "loss_epoch": _series(_healthy_loss()[::2])}
     _, reading = read_data(RunSeries(dense))
     assert "loss" not in reading.read_as
+
+
+def test_a_loss_falling_steadily_but_slowly_over_its_first_records_is_learning():
+    # a live run's first 20 records: 2.0 -> 1.98, one thousandth a step, no noise; a watcher must not
+    # call it "never learned" (a noisy loss level from start to end still is)
+    steps = np.arange(1, 21)
+    res = diagnose_series({"loss": dict(zip(steps, 2.0 - steps / 1000)),
+                           "grad_norm": dict(zip(steps, 1.0 + (steps % 5) / 10))})
+    assert res["verdict"] == "healthy", res["findings"]
+    flat = 2.3 + np.random.default_rng(0).normal(0, 0.005, 60)
+    assert diagnose_series({"loss": dict(zip(np.arange(1, 61), flat))})["verdict"] == "vanishing_gradient"

@@ -15,7 +15,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, quarter_count
+from moeproxy.diagnose.robust import diff_noise, fmt, quarter_count
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, VANISHING_GRADIENT, Finding
 from moeproxy.diagnose.rules import declare
@@ -316,6 +316,8 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     level = float(np.median(v))
     q = quarter_count(v.size)
     trend = float(np.median(v[-q:]) - np.median(v[:q]))  # a noisy loss that is level from start to end
+    if trend < 0 and -trend > 5 * diff_noise(v):
+        return []  # a loss falling steadily, slowly (a live run's first records): it is learning
     if high - low > cfg.never_learned_band * level and not (
             abs(trend) <= cfg.never_learned_trend * level and high - low <= cfg.never_learned_noisy_band * level):
         return []
