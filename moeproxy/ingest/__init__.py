@@ -89,6 +89,9 @@ class IngestResult(list):
         self.skipped: list[SkippedFile] = list(skipped)
 
 
+THIN_ROWS = 100  # a winner that read fewer values than this among ten times as many skipped lines
+
+
 def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, carry: dict | None = None) -> ParsedLog:
     """Parse one file (its format sniffed unless ``fmt`` names one). ``allow_empty``: a file of no
     metric values gives an empty frame instead of an error (a watched file's new lines may be prose).
@@ -118,9 +121,6 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     parsed.bytes_parsed = src.end
     parsed.warnings = src.nul_warnings() + list(src.warnings) + parsed.warnings
     return parsed
-
-
-THIN_ROWS = 100  # a winner that read fewer values than this among ten times as many skipped lines
 
 
 def _parse(src, log_format) -> ParsedLog:
