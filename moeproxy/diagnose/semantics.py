@@ -39,6 +39,8 @@ from moeproxy.ingest.names import canonical_of
 
 thresholds(
     startup_min_scale=(1024.0, "fp16 scalers start their search at 2^16 or more; halvings from below are overflows"),
+    warmup_share=(0.4, "an lr warm-up reaches its peak within this share of the lr's records"),
+    warmup_start=(0.5, "... from under this share of the peak"),
 )
 
 # The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
@@ -177,9 +179,9 @@ def startup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
     return end
 
 
-def lr_warmup_end_step(run: RunSeries) -> int | None:
-    """The step a learning-rate warm-up ends (the lr climbs from under half its peak, never falling,
-    to its peak within the first 40 % of its records), or None. Gradient norms move with the step
+def lr_warmup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
+    """The step a learning-rate warm-up ends (the lr climbs from under ``warmup_start`` of its peak,
+    never falling, to its peak within the first ``warmup_share`` of its records), or None. Gradient norms move with the step
     size while it ramps: their level is read from the end of the warm-up on."""
     found = run.resolve("lr")
     if found is None:
@@ -189,7 +191,7 @@ def lr_warmup_end_step(run: RunSeries) -> int | None:
     if vals.size < 5 or not np.all(np.isfinite(vals)) or vals.max() <= 0:
         return None
     peak = int(np.argmax(vals))
-    if peak == 0 or peak > 0.4 * vals.size or vals[0] >= 0.5 * vals[peak]:
+    if peak == 0 or peak > cfg.warmup_share * vals.size or vals[0] >= cfg.warmup_start * vals[peak]:
         return None
     if np.any(np.diff(vals[:peak + 1]) < 0):
         return None

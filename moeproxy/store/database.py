@@ -31,8 +31,10 @@ store on another engine: the same tables, reads and writes, through the same met
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import socket
 import time
 from contextlib import contextmanager
 from datetime import datetime
@@ -743,9 +745,6 @@ def _compact_catalog(con, keep_minutes: float, tries: int) -> dict:
 
 
 def _process_name() -> str:
-    import os
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -754,8 +753,6 @@ def _claim_upkeep(con, every_minutes: float, by: str) -> tuple[str | None, tuple
     claimed, else ``(who holds it and since when, None)``. The claim is one ``meta`` row updated in
     a transaction of its own; two processes that claim at once conflict on it (DuckLake's optimistic
     concurrency) and only the first commits."""
-    import time
-
     if _first(con.execute("SELECT count(*) FROM meta WHERE key = ?", [UPKEEP_KEY]))[0] == 0:
         # the row first, on its own: claims must be updates of one row to conflict (two inserts
         # would both commit); a second process adding it at the same moment leaves two, read by max

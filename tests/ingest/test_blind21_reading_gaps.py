@@ -99,7 +99,7 @@ def test_baselines_ppo2_update_count_is_reported_beside_the_onset(tmp_path):
     log.write_text("\n".join(rows) + "\n")
     res = diagnose_path(log)
     assert res["verdict"] == "entropy_collapse", res["findings"][:2]
-    assert res["onset_counters"]["nupdates"] == res["onset_step"] / 1024
+    assert int(res["onset_counters"]["nupdates"]) == res["onset_step"] // 1024
 
 
 def test_mmengine_lines_after_a_config_dump_of_dicts_are_the_records(tmp_path):

@@ -45,6 +45,10 @@ thresholds(
     zero_advantage=(0.01, "RL grad norms below this share of the usual level: equal-reward groups"),
     value_error_share=(0.1, "beside a reward that never improved, a value-loss blow-up counts when the critic's "
                             "error (the root of its squared loss) reaches this share of the largest return seen"),
+    value_error_beyond=(100.0, "a critic's error (the root of its squared loss) this many times the largest return "
+                               "seen is a blow-up whatever the return did (a return that grew from 0 has no ratio)"),
+    part_rise_factor=(2.0, "a logged part of the loss that rose this many times more than the total: the jump is "
+                           "in the objective, not in how the loss is printed"),
     value_loss_reward_records=(10, "a value-loss blow-up counts when the reward over this many records from it "
                                    "is below that over as many before it"),
 )
@@ -455,9 +459,9 @@ def _rise_factor(s: pd.Series, step: int) -> float | None:
     return float(after.median()) / ref if ref > 0 else None
 
 
-def _one_part_blew_up(run: RunSeries, f: Finding) -> bool:
+def _one_part_blew_up(run: RunSeries, f: Finding, cfg: DiagnoseConfig) -> bool:
     """A training loss the run logs beside the total (``train_domain_loss`` beside ``train_loss``)
-    rose more than twice as much as the total did: the blow-up is in one part of the objective,
+    rose ``part_rise_factor`` times more than the total did: the blow-up is in one part of the objective,
     which a validation loss of the task may not measure. A printing artefact scales every printed
     training loss alike."""
     total = run.get(f.metric)
@@ -468,7 +472,7 @@ def _one_part_blew_up(run: RunSeries, f: Finding) -> bool:
         if name == f.metric or not name.lower().endswith("loss") or is_validation_loss(name):
             continue
         part = _rise_factor(run.get(name), f.onset_step)
-        if part is not None and part > 2 * whole:
+        if part is not None and part > cfg.part_rise_factor * whole:
             return True
     return False
 
@@ -477,7 +481,7 @@ def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig)
     """Why a train-loss divergence is a printing artefact: a validation loss logged over the
     stretch after the jump does not rise (LABELS.md: one independent signal contradicting a jump
     makes the jump suspect). None when no validation loss says so."""
-    if _one_part_blew_up(run, f):
+    if _one_part_blew_up(run, f, cfg):
         return None
     for name in VALIDATION_LOSS:
         s = run.get(name)
@@ -499,7 +503,7 @@ def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig)
 @register_detector("divergence", "loss or grad-norm spike or sustained blow-up, finite at first")
 def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     start_end = startup_end_step(run, cfg)
-    warmup_end = lr_warmup_end_step(run)
+    warmup_end = lr_warmup_end_step(run, cfg)
     out: list[Finding] = []
     rl = run.is_rl
     idle = zero_advantage_steps(run)
@@ -507,7 +511,7 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         loss = run.resolve("loss") if kind == "grad" and not rl else None
         begin = start_end
         if kind == "grad" and warmup_end is not None:  # a grad norm's level from the end of the lr warm-up
-            begin = max(begin if begin is not None else warmup_end, warmup_end)
+            begin = warmup_end if start_end is None else max(start_end, warmup_end)
         found = detect_series_divergence(name, kind, run.get(name), cfg, begin, rl,
                                          loss[1] if loss is not None else None, idle)
         if kind == "grad" and not any(f.severity == CRITICAL for f in found):
@@ -624,11 +628,11 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         return_growth = abs(best[1]) / r_early if best is not None and best[1] > r_first else 1.0
         # (or the error is beyond any return the run has seen: x100 the largest, in the return's
         # units: a return that grew from 0 has no ratio to compare with)
-        beyond = float(np.sqrt(vals.max())) > cfg.grad_blowup_factor * float(np.abs(r.to_numpy()).max())
+        beyond = float(np.sqrt(vals.max())) > cfg.value_error_beyond * float(np.abs(r.to_numpy()).max())
         if error_growth <= np.sqrt(cfg.grad_blowup_factor) * max(return_growth, 1.0) and not beyond:
             return None
         if beyond:
-            fell += (f"; its error, sqrt {fmt(float(np.sqrt(vals.max())))}, is over {fmt(cfg.grad_blowup_factor)}x "
+            fell += (f"; its error, sqrt {fmt(float(np.sqrt(vals.max())))}, is over {fmt(cfg.value_error_beyond)}x "
                      f"the largest {reward[0]} seen, {fmt(float(np.abs(r.to_numpy()).max()))}")
         else:
             fell += (f"; its error grew x{fmt(error_growth)}, the return's scale x{fmt(return_growth)}")

@@ -31,6 +31,8 @@ thresholds(
     never_learned_records=(20, "records from the run's start over which a loss that never moves never learned"),
     never_learned_band=(0.02, "... its 5-95 % range within this share of its level"),
     never_learned_trend=(0.01, "... or, noisier, its first and last quarters' medians this close"),
+    learning_decline=(5.0, "a loss whose first-to-last-quarter decline is this many noise widths is learning, "
+                            "however slowly (a live run's first records)"),
     never_learned_noisy_band=(0.10, "... with its 5-95 % range within this share of its level"),
     uniform_classes=(100, "a loss frozen at ln(k), k up to this: a uniform guess over k outcomes"),
     uniform_tolerance=(1e-3, "... to within this (absolute, in nats)"),
@@ -316,7 +318,7 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     level = float(np.median(v))
     q = quarter_count(v.size)
     trend = float(np.median(v[-q:]) - np.median(v[:q]))  # a noisy loss that is level from start to end
-    if trend < 0 and -trend > 5 * diff_noise(v):
+    if trend < 0 and -trend > cfg.learning_decline * diff_noise(v):
         return []  # a loss falling steadily, slowly (a live run's first records): it is learning
     if high - low > cfg.never_learned_band * level and not (
             abs(trend) <= cfg.never_learned_trend * level and high - low <= cfg.never_learned_noisy_band * level):
