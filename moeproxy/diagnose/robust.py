@@ -19,6 +19,7 @@ import pandas as pd
 
 IQR_TO_SIGMA = 1.349
 LOCAL_CONTEXT = 500  # at most this many records before a departure pull its onset back (bounded cost)
+VISIBLE_SHARE = 0.05  # the onset record has left the baseline by at least this share of the first exceedance
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,12 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
         share = 0.25 * direction * (v[t] - med[t])
         if max(limit, min_history) <= kn < k and moved > max(scale, 0.15 * min_delta, share):
             k = kn
+    # the bend of a piecewise-linear fit is the last record on the old line: the onset (LABELS.md: the
+    # first record at which the anomaly is visible) is the first that has left the baseline by a
+    # visible share of the move (a plateau at 200 then 199.5, 170, 143: the onset is 170's record)
+    visible = max(VISIBLE_SHARE * direction * (v[t] - med[t]), 1e-12)
+    while k < t and direction * (v[k] - med[t]) < visible:
+        k += 1
     return k
 
 
