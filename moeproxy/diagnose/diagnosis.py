@@ -38,7 +38,7 @@ def diagnose_run(run: RunSeries, config: DiagnoseConfig | None = None,
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise ValueError(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(registry)}")
-    run, reading = read_data(run)
+    run, reading = read_data(run, config)
     findings: list[Finding] = []
     for name in names:
         findings.extend(registry[name].detect(run, config))

@@ -20,6 +20,8 @@ from moeproxy.registry import Registry
 thresholds(
     robust_z=(3.5, "modified z (0.6745 * dev / MAD) that marks a departure"),
     min_history=(3, "records needed before any departure can be judged"),
+    onset_visible_share=(0.05, "a departure's onset record has left the baseline by at least this share of its "
+                               "first exceedance (LABELS.md: the first record at which the anomaly is visible)"),
 )
 
 DetectFunction = Callable[[RunSeries, DiagnoseConfig], list[Finding]]

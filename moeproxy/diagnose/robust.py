@@ -19,7 +19,6 @@ import pandas as pd
 
 IQR_TO_SIGMA = 1.349
 LOCAL_CONTEXT = 500  # at most this many records before a departure pull its onset back (bounded cost)
-VISIBLE_SHARE = 0.05  # the onset record has left the baseline by at least this share of the first exceedance
 
 
 @dataclass(frozen=True)
@@ -102,11 +101,13 @@ def find_departures(
     window: int | None = None,
     refine: bool = True,
     max_dip: int = 2,
+    visible: float = 0.0,
 ) -> list[Departure]:
     """All runs of finite records that move ``direction`` (+1 up, -1 down) beyond the band.
 
     ``values`` may hold NaN (missing or masked records): they are skipped, and the returned
-    indices point into ``values`` itself.
+    indices point into ``values`` itself. ``visible``: the onset record must have left the baseline by
+    this share of the first exceedance (``onset_visible_share``; 0 keeps the refined bend).
     """
     values = np.asarray(values, dtype=float)
     idx = np.flatnonzero(np.isfinite(values))
@@ -145,7 +146,7 @@ def find_departures(
         count = sum(beyond(j) for j in range(t, end + 1))
         # a one-record blip has no ramp to pull back along (and refining costs a change-point fit)
         onset = _refine_onset(v, med, t, end, scale, direction, window, min_history,
-                              min_delta) if refine and count >= 2 else t
+                              min_delta, visible) if refine and count >= 2 else t
         out.append(Departure(onset=int(idx[onset]), first=int(idx[t]), end=int(idx[end]),
                              recovered=recovered, baseline=float(base), scale=scale,
                              peak=int(idx[peak]), count=int(count),
@@ -154,7 +155,7 @@ def find_departures(
     return out
 
 
-def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_delta) -> int:
+def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_delta, visible=0.0) -> int:
     """Pull the first-exceedance index back to where the move started.
 
     Each earlier record is judged against its own causal median (a trending baseline, e.g. the
@@ -190,8 +191,8 @@ def _refine_onset(v, med, t, end, scale, direction, window, min_history, min_del
     # the bend of a piecewise-linear fit is the last record on the old line: the onset (LABELS.md: the
     # first record at which the anomaly is visible) is the first that has left the baseline by a
     # visible share of the move (a plateau at 200 then 199.5, 170, 143: the onset is 170's record)
-    visible = max(VISIBLE_SHARE * direction * (v[t] - med[t]), 1e-12)
-    while k < t and direction * (v[k] - med[t]) < visible:
+    least = max(visible * direction * (v[t] - med[t]), 1e-12)
+    while visible > 0 and k < t and direction * (v[k] - med[t]) < least:
         k += 1
     return k
 

@@ -36,11 +36,14 @@ import pandas as pd
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
+from moeproxy.vocabulary import LAYER_PREFIX
 
 thresholds(
     startup_min_scale=(1024.0, "fp16 scalers start their search at 2^16 or more; halvings from below are overflows"),
     warmup_share=(0.4, "an lr warm-up reaches its peak within this share of the lr's records"),
     warmup_start=(0.5, "... from under this share of the peak"),
+    replica_min=(8, "metrics differing only in a trailing number, this many or more, each sparser than the run: "
+                    "per-worker copies, set aside"),
 )
 
 # The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
@@ -60,12 +63,14 @@ class DataReading:
     last_step: int = 0
     step_gap: float = 1.0                                            # median gap between records
     read_as: dict[str, str] = field(default_factory=dict)            # canonical -> the metric read as it
+    replicas: dict[str, int] = field(default_factory=dict)           # family ``Loss_device/train_<n>`` -> members set aside
 
     def to_dict(self) -> dict:
         return {"never_computed": dict(self.never_computed), "masked": dict(self.masked),
                 "kinds": list(self.kinds), "records": self.records, "first_step": self.first_step,
                 "last_step": self.last_step, "step_gap": self.step_gap} | (
-                    {"read_as": dict(self.read_as)} if self.read_as else {})
+                    {"read_as": dict(self.read_as)} if self.read_as else {}) | (
+                    {"replicas": dict(self.replicas)} if self.replicas else {})
 
 
 def _core_names(run: RunSeries) -> set[str]:
@@ -214,7 +219,7 @@ def loss_printed_zero_throughout(run: RunSeries) -> bool:
     return v.size >= 3 and bool(np.all(v == 0.0))
 
 
-def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
+def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSeries, DataReading]:
     """The run the detectors see, and what was set aside."""
     reading = DataReading()
     core = _core_names(run)
@@ -230,7 +235,12 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
     empty = _empty_updates(run)
     zero_printed = loss_printed_zero_throughout(run)
     kept: dict[str, pd.Series] = {}
+    replicas = replica_families(run, cfg)
+    reading.replicas = {family: len(members) for family, members in replicas.items()}
+    set_aside = {name for members in replicas.values() for name in members}
     for name in run.names:
+        if name in set_aside:
+            continue
         s = run.get(name)
         why = never_computed(name, s.to_numpy(dtype=float), core)
         if why is not None and zero_printed and is_validation_loss(name):
@@ -259,6 +269,31 @@ def read_data(run: RunSeries) -> tuple[RunSeries, DataReading]:
     if out.resolve("loss") is None and (loss := training_loss_by_name(out.names)) is not None:
         out.aliases["loss"] = reading.read_as["loss"] = loss
     return out, reading
+
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def replica_families(run: RunSeries, cfg: DiagnoseConfig | None = None) -> dict[str, list[str]]:
+    """Per-worker or per-device copies of a metric (``Loss_device/train_0`` ... ``train_99`` beside
+    ``Loss/train``): ``replica_min`` or more metrics that differ only in a trailing number, each
+    sparser than the run's densest metric, in a run that also logs metrics of its own. Each copy
+    holds a worker's few records on its own counter; a NaN in one worker's copy is that worker's,
+    not the run's (the run's own loss says what the run did). Per-layer routing series are the
+    routing detector's and stay."""
+    if not run.names:
+        return {}
+    cfg = cfg or DiagnoseConfig()
+    dense = max(len(run.get(n)) for n in run.names)
+    families: dict[str, list[str]] = {}
+    for name in run.names:
+        m = _NUMBERED.match(name)
+        if m and not name.startswith(LAYER_PREFIX):
+            families.setdefault(m.group(1) + "<n>", []).append(name)
+    out = {f: members for f, members in families.items()
+           if len(members) >= cfg.replica_min and all(2 * len(run.get(n)) <= dense for n in members)}
+    inside = {n for members in out.values() for n in members}
+    return out if any(n not in inside for n in run.names) else {}
 
 
 EPOCH_SUFFIX = "_epoch"
@@ -303,9 +338,12 @@ def training_loss_by_name(names: list[str]) -> str | None:
     found = []
     for name in names:
         words = [w.lower() for w in _WORDS.findall(name)]
-        # ``...loss`` (``Train/EpochLoss``), or TensorBoard's ``Loss/train`` (the loss, then words
-        # that only say it is the training one or how it is averaged)
-        lossy = words and (words[-1] == "loss" or (words[0] == "loss" and set(words[1:]) <= _PLAIN_AFTER))
+        # ``...loss`` (``Train/EpochLoss``), or TensorBoard's ``Loss/train`` and Lightning's
+        # ``train_loss_batch`` (the loss, then words that only say it is the training one or how it
+        # is averaged)
+        # ``train_loss_batch``, ``loss_epoch``: the loss, then only such words
+        last = len(words) - 1 - words[::-1].index("loss") if "loss" in words else -1
+        lossy = last >= 0 and set(words[last + 1:]) <= _PLAIN_AFTER
         if lossy and not _NOT_TRAINING.intersection(words):
             found.append((name, "train" in words or "training" in words))
     if len(found) > 1:

@@ -9,6 +9,8 @@ Detectors ask for canonical names; ``FALLBACK_NAMES`` lets a frame that was neve
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -22,6 +24,9 @@ from moeproxy.vocabulary import ALIASES
 # never canonicalised): the vocabulary's aliases, in their priority order
 FALLBACK_NAMES: dict[str, tuple[str, ...]] = ALIASES
 _REWARD_NAMES = frozenset(name.lower() for name in ALIASES["reward_mean"])
+# an evaluation's mean return by any other name (OfflineRL-Kit's ``eval/normalized_episode_reward``);
+# its spread and extremes (``..._std``, ``..._max``) are no score
+_EVAL_RETURN = re.compile(r"^(?:[a-z]+_)*(?:episode_)?(?:reward|return)(?:_mean)?$", re.IGNORECASE)
 
 
 RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")
@@ -117,7 +122,7 @@ class RunSeries:
             return found
         for name, s in self._series.items():
             head, _, rest = name.partition("/")
-            if head in ("eval", "val") and rest.lower() in _REWARD_NAMES:
+            if head in ("eval", "val") and (rest.lower() in _REWARD_NAMES or _EVAL_RETURN.search(rest)):
                 return name, s
         return None
 

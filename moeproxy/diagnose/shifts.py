@@ -33,7 +33,8 @@ class Shift:
 def sustained_shift(series: pd.Series, direction: int, *, z: float, min_history: int,
                     factor: float | None = None, delta: float | None = None,
                     min_records: int = 3, end_records: int = 2,
-                    window: int | None = None, lasting_only: bool = False) -> Shift | None:
+                    window: int | None = None, lasting_only: bool = False,
+                    visible: float = 0.0) -> Shift | None:
     if (factor is None) == (delta is None):
         raise ValueError("sustained_shift needs exactly one of factor (log scale) or delta (raw)")
     values = series.to_numpy(dtype=float)
@@ -43,7 +44,7 @@ def sustained_shift(series: pd.Series, direction: int, *, z: float, min_history:
     else:
         y, min_delta = np.where(np.isfinite(values), values, np.nan), float(delta)
     for d in find_departures(y, direction, min_delta=min_delta, z=z, min_history=min_history,
-                             window=window):
+                             window=window, visible=visible):
         records = d.count
         if lasting_only and d.recovered:  # only a shift that holds to the last record
             continue

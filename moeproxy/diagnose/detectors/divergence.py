@@ -20,7 +20,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive
+from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive, quarter_count
 from moeproxy.diagnose.semantics import is_validation_loss, lr_warmup_end_step, startup_end_step, zero_advantage_steps
 from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
@@ -40,6 +40,10 @@ thresholds(
     validation_rise=(1.25, "a validation loss that rose less than this did not see a train-loss jump"),
     spike_recover_records=(6, "a rise above the noise band that is back within fewer records is a spike (LABELS.md: 'a few')"),
     spike_log_share=(0.1, "... and fewer than this share of the log's records (at least 3)"),
+    critic_still_climbing=(2.0, "a value loss growing this many times a quarter over its last quarters, the "
+                                "reward standing still: the critic runs away"),
+    calm_after_excursion=(10.0, "an excursion back in band for this many times its length (and a tenth of the "
+                                "log) was got over: a spike, not a blow-up that stays"),
     large_spike=(10.0, "Megatron's SPIKY_LOSS_FACTOR: a spike that may have done damage"),
     huge_spike=(100.0, "a record this many times the median before it: a blow-up on sight"),
     zero_advantage=(0.01, "RL grad norms below this share of the usual level: equal-reward groups"),
@@ -71,13 +75,14 @@ RULES = declare(DIVERGENCE, {
 }, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup", "value_loss_blowup"),
    spike=("large_spike", "grad_excursion"),
    thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share", "rise_level_share", "rise_tail_share", "rise_recent_records"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
-               "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor", "spike_recover_records", "spike_log_share"),
+               "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor", "spike_recover_records", "spike_log_share",
+                                      "calm_after_excursion"),
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
                "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"),
                "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "value_loss_reward_records",
-                                     "value_error_share"),
+                                     "value_error_share", "value_error_beyond", "critic_still_climbing"),
                "contradicted_by_validation": ("validation_rise",)})
 
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
@@ -232,7 +237,7 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         return early + _huge_spikes(name, series.iloc[:cut], [], [], cfg, raw)
     factor = cfg.grad_norm_factor if kind == "grad" else cfg.loss_factor
     y = log10_positive(prefix)
-    deps = find_departures(y, +1, min_delta=float(np.log10(factor)), z=cfg.robust_z,
+    deps = find_departures(y, +1, min_delta=float(np.log10(factor)), z=cfg.robust_z, visible=cfg.onset_visible_share,
                            min_history=cfg.min_history)
     last = int(np.flatnonzero(np.isfinite(y))[-1]) if np.isfinite(y).any() else -1
     truncated = cut < len(vals)
@@ -265,6 +270,15 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
             few = min(cfg.spike_recover_records, max(3, int(np.ceil(cfg.spike_log_share * (last + 1)))))
             critical = n_rec >= few
             tail = f"; back in band after step {int(steps[d.end])}"
+            # back in band, then calm for far longer than it was up (until the next excursion of
+            # as many records, the series' end or its first non-finite record; blips between count
+            # as calm): an excursion the run got over, not a
+            # blow-up that stays (LABELS.md) - a later lasting failure is its own
+            nxt = next((e.first for e in deps if e.first > d.end and e.count >= few), last + 1)
+            calm = nxt - d.end - 1
+            if critical and calm >= max(cfg.calm_after_excursion * (d.end - d.first + 1),
+                                        cfg.spike_log_share * (last + 1)):
+                critical = False
         if not critical and at_end and truncated:
             # one record up, then the series turns non-finite: not a blip that recovered. The
             # overflow keeps the verdict unless the spike is large and a lasting change starts with
@@ -562,6 +576,29 @@ def _climb_start(s, at: int, earlier, best, cfg: DiagnoseConfig) -> int:
     return int(s.index[min(pos, at)])
 
 
+def _quarter_growth(s) -> float:
+    """Median of the last quarter of ``s`` over the median of the quarter before it."""
+    v = s.to_numpy(dtype=float)
+    q = quarter_count(v.size)
+    before = float(np.median(v[-2 * q:-q])) if v.size >= 2 * q else 0.0
+    return float(np.median(v[-q:])) / before if before > 0 else 0.0
+
+
+def _still_climbing(loss, reward, margin: float, cfg: DiagnoseConfig) -> bool:
+    """A value loss still growing ``critic_still_climbing`` times a quarter at its end (and over each
+    of its last two quarters), while the reward over the same records did not improve by more than
+    ``margin`` from its first quarter to its last."""
+    v = loss.to_numpy(dtype=float)
+    r = reward.to_numpy(dtype=float)
+    if v.size < 8 or r.size < 8:
+        return False
+    q, k = quarter_count(v.size), quarter_count(r.size)
+    if float(np.median(r[-k:])) - float(np.median(r[:k])) > margin:
+        return False
+    three = [float(np.median(part)) for part in (v[-3 * q:-2 * q], v[-2 * q:-q], v[-q:])]
+    return three[0] > 0 and all(b >= cfg.critic_still_climbing * a for a, b in zip(three, three[1:]))
+
+
 def _reward_best(r) -> tuple[int, float] | None:
     """(step, level) of a reward's best stretch: the top of its rolling median over a tenth of its
     records (at least 3), so that one lucky episode is not its best."""
@@ -593,6 +630,14 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     if big.size < 2:
         return None
     first = int(s.index[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
+    # the blow-up is the excursion that reaches the top and lasts: an early cluster of big records
+    # that came back down (a SAC critic's first bootstrapping epochs) is not its start
+    top_at = int(np.argmax(vals))
+    for d in find_departures(log10_positive(vals), +1, min_delta=float(np.log10(cfg.grad_blowup_factor)),
+                             z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history):
+        if d.first <= top_at <= d.end and not d.recovered:
+            first = max(first, int(s.index[d.onset]))
+            break
     fell, earlier, best = "", None, None
     if reward is not None:
         r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
@@ -617,6 +662,12 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
             fell = (f", while {reward[0]} never improved (median {ev.median_of(after)} after it) and the critic's "
                     f"error, sqrt {fmt(float(np.sqrt(vals.max())))}, is {fmt(100 * cfg.value_error_share)}% or more "
                     f"of the largest {reward[0]} seen")
+        elif _still_climbing(s[s.index >= first], r[r.index >= first], margin, cfg):
+            # a critic whose loss is still growing several-fold a quarter at the run's end, while the
+            # return stands still: Q-values running away (offline RL's overestimation), not a critic
+            # following a return that grew
+            fell = (f", still climbing at the run's end (its last quarter's median x{fmt(_quarter_growth(s[s.index >= first]))} "
+                    f"the quarter's before) while {reward[0]} stood still ({ev.median_of(after)} after it)")
         else:
             return None
         # the critic's error (the root of its squared loss) must have grown far beyond the scale the
@@ -637,6 +688,7 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         else:
             fell += (f"; its error grew x{fmt(error_growth)}, the return's scale x{fmt(return_growth)}")
     top = int(big[int(np.argmax(vals[big]))])
+    first_big = int(s.index[big[np.searchsorted(s.index.to_numpy()[big], first)]])
     start = _climb_start(s, int(s.index.get_loc(first)), earlier, best, cfg)
     climb = ""
     if start != first:
@@ -645,5 +697,5 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     return Finding(DIVERGENCE, start, CRITICAL, name, "value_loss_blowup",
                    f"the value loss {name} reached {fmt(float(vals[top]))} at step {int(s.index[top])} "
                    f"({fmt(float(vals[top]) / early)}x its early level, a median of {fmt(early)}); {big.size} records at "
-                   f"{fmt(cfg.grad_blowup_factor)}x or more, repeatedly from {ev.rec(s, first)}"
+                   f"{fmt(cfg.grad_blowup_factor)}x or more, repeatedly from {ev.rec(s, first_big)}"
                    + fell + climb)

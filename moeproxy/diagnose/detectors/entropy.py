@@ -161,7 +161,7 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     # that departs)
     onset = _into_floor_from(s, start, cfg)
     if onset is None:
-        shift = sustained_shift(s, -1, factor=2.0, z=cfg.robust_z, min_history=cfg.min_history,
+        shift = sustained_shift(s, -1, factor=2.0, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history,
                                 window=max(5, len(s) // 10))
         onset = shift.onset_step if shift else int(s.index[int(np.argmax(vals < 0.5 * start))])
     reward = run.reward_gain_after(onset)

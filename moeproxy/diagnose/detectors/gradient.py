@@ -17,6 +17,7 @@ from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, fmt, quarter_count
 from moeproxy.diagnose.series import RunSeries
+from moeproxy.ingest.names import canonical_of
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, VANISHING_GRADIENT, Finding
 from moeproxy.diagnose.rules import declare
 
@@ -33,6 +34,7 @@ thresholds(
     never_learned_trend=(0.01, "... or, noisier, its first and last quarters' medians this close"),
     learning_decline=(5.0, "a loss whose first-to-last-quarter decline is this many noise widths is learning, "
                             "however slowly (a live run's first records)"),
+    learning_min_share=(0.001, "... and by more than this share of its level (0.015 % in 68 epochs is no learning)"),
     never_learned_noisy_band=(0.10, "... with its 5-95 % range within this share of its level"),
     uniform_classes=(100, "a loss frozen at ln(k), k up to this: a uniform guess over k outcomes"),
     uniform_tolerance=(1e-3, "... to within this (absolute, in nats)"),
@@ -131,15 +133,19 @@ def _digits(value: float) -> int:
 
 def _improved(loss: pd.Series, upto_step) -> bool:
     """The training loss came down from its first records' level before ``upto_step``: the level of
-    the records from the fourth on (their median, or the last quarter's) is over 1 % below."""
+    the records from the fourth on (their median, or the last quarter's) is over 1 % below, and below
+    by more than three noise widths of the two medians (a loss that jumps between a few values from record to
+    record does not improve by its median of three)."""
     v = loss[np.isfinite(loss.to_numpy())]
     v = v[v.index <= upto_step]
     if len(v) < 4:
         return False
     start = float(np.median(v.iloc[:3].to_numpy()))
     rest = v.iloc[3:].to_numpy()
-    level = min(float(np.median(rest)), float(np.median(rest[-max(1, len(rest) // 4):])))
-    return level < start - 0.01 * abs(start)
+    tail = rest[-max(1, len(rest) // 4):]
+    level = min(float(np.median(rest)), float(np.median(tail)))
+    noise = diff_noise(v.to_numpy(dtype=float)) * np.sqrt(1 / 3 + 1 / len(tail))
+    return level < start - max(0.01 * abs(start), 3 * noise)
 
 
 def _never_updated(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
@@ -310,21 +316,38 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                             f"{name} sits at ln({k}) = {np.log(k):.4f} (within the limit {fmt(cfg.uniform_tolerance)}) "
                             f"in its last {n_near} records, from {ev.rec(s, began)}: the model predicts {k} "
                             f"outcomes uniformly and does not learn")]
-    gap = run.step_gap
+    # the loss as logged per step, then its per-epoch copy (Lightning's ``train_loss_epoch``): a loss
+    # whose four batches repeat one cycle every epoch is a band of its batches' spread per step, and
+    # a flat line per epoch
+    copies = [(name, s)] + [(n, run.get(n)) for n in run.names
+                            if n.endswith("_epoch") and n != name and canonical_of(n[:-len("_epoch")]) is not None
+                            and canonical_of(n[:-len("_epoch")])[0] == "loss"]
+    for name, s in copies:
+        hit = _never_moved(run, name, s[np.isfinite(s.to_numpy())], cfg)
+        if hit is not None:
+            return [hit]
+    return []
+
+
+def _never_moved(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
+    v = s.to_numpy(dtype=float)
+    if v.size < cfg.never_learned_records or float(np.median(v)) <= 0:
+        return None
+    gap = max(run.step_gap, float(np.median(np.diff(s.index.to_numpy()))))
     at_start = s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap
-    if not at_start or v.size < cfg.never_learned_records or _improved(s, s.index.max()):
-        return []
+    if not at_start or _improved(s, s.index.max()):
+        return None
     low, high = np.quantile(v, [0.05, 0.95])
     level = float(np.median(v))
     q = quarter_count(v.size)
     trend = float(np.median(v[-q:]) - np.median(v[:q]))  # a noisy loss that is level from start to end
-    if trend < 0 and -trend > cfg.learning_decline * diff_noise(v):
-        return []  # a loss falling steadily, slowly (a live run's first records): it is learning
+    if trend < 0 and -trend > cfg.learning_decline * diff_noise(v) and -trend > cfg.learning_min_share * level:
+        return None  # a loss falling steadily, slowly (a live run's first records): it is learning
     if high - low > cfg.never_learned_band * level and not (
             abs(trend) <= cfg.never_learned_trend * level and high - low <= cfg.never_learned_noisy_band * level):
-        return []
+        return None
     first = int(s.index[0])
-    return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_never_moved",
-                    f"{name} stayed in a narrow band over all {v.size} records from the run's start at step "
-                    f"{first}: 5th percentile {fmt(low)}, 95th percentile {fmt(high)}, "
-                    f"{(high - low) / level:.1%} of its {ev.median_of(s)}: the run never learned")]
+    return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_never_moved",
+                   f"{name} stayed in a narrow band over all {v.size} records from the run's start at step "
+                   f"{first}: 5th percentile {fmt(low)}, 95th percentile {fmt(high)}, "
+                   f"{(high - low) / level:.1%} of its {ev.median_of(s)}: the run never learned")

@@ -63,7 +63,7 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             # after the first 10% of the run, and only at a level that is large in absolute terms
             s = s.iloc[len(s) // 10:]
             floor = cfg.kl_ref_floor
-        shift = sustained_shift(s, +1, factor=cfg.kl_factor, z=cfg.robust_z, min_history=cfg.min_history)
+        shift = sustained_shift(s, +1, factor=cfg.kl_factor, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history)
         if shift is None or shift.peak < floor:
             continue
         if float(np.median(s[s.index >= shift.onset_step].to_numpy())) < floor:

@@ -151,7 +151,7 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     if found:
         name, s = found
         s = s[np.isfinite(s.to_numpy())]
-        shift = sustained_shift(s, +1, factor=cfg.length_factor, z=cfg.robust_z, min_history=cfg.min_history)
+        shift = sustained_shift(s, +1, factor=cfg.length_factor, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history)
         vals = s.to_numpy()
         # a rise back to where the run started (after a dip to near-empty answers) is a recovery
         back_to_start = len(vals) > cfg.min_history and tail_level(vals) < cfg.length_factor * head_level(vals)
@@ -173,7 +173,7 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                    f"{name} has a {ev.median_of(s)}: most responses hit the length limit, "
                                    f"so rewards and advantages are computed on cut-off answers"))
             elif start < cfg.truncation_limit < end:
-                shift = sustained_shift(s, +1, delta=cfg.truncation_limit / 2, z=cfg.robust_z,
+                shift = sustained_shift(s, +1, delta=cfg.truncation_limit / 2, z=cfg.robust_z, visible=cfg.onset_visible_share,
                                         min_history=cfg.min_history)
                 onset = shift.onset_step if shift else int(s.index[int(np.argmax(s.to_numpy() > cfg.truncation_limit))])
                 out.append(_unless_learning(run, Finding(

@@ -210,6 +210,10 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             mag = np.abs(vals)
             near_max = (mag >= cfg.fp16_max * 0.999) & (mag <= cfg.fp16_max * 1.001)
             huge = mag >= cfg.saturation_abs
+            if near_max.any() and (mag[int(np.flatnonzero(near_max)[0]) + 1:] > cfg.fp16_max * 1.001).any():
+                # values past the fp16 maximum later on were not clamped to it: the series passed
+                # through 65504 on its way up (a critic's loss growing without bound), no saturation
+                near_max[:] = False
         sat = np.flatnonzero(near_max | huge)
         if sat.size and not near_max[int(sat[0])] and _scale_or_climb(mag, int(sat[0]), cfg):
             sat = np.empty(0, int)

@@ -64,7 +64,7 @@ def _rising_gap(name: str, series, cfg: DiagnoseConfig, limit: float, rule: str)
     s = s[np.isfinite(s.to_numpy())]
     if len(s) <= cfg.min_history:
         return None
-    shift = sustained_shift(s, +1, factor=cfg.logprob_diff_growth, z=cfg.robust_z,
+    shift = sustained_shift(s, +1, factor=cfg.logprob_diff_growth, z=cfg.robust_z, visible=cfg.onset_visible_share,
                             min_history=cfg.min_history)
     if shift is not None and shift.peak > limit:
         # the engines' disagreement is a property of their kernels and dtypes: it stays. A gap that
@@ -104,11 +104,11 @@ def _ratio_drift(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     dev = np.abs(np.log(s))
     # the engines' disagreement stays: a drift that never comes back is the mismatch; one that
     # passes (a few steps of degenerate outputs) is only a warning
-    shift = sustained_shift(dev, +1, delta=float(np.log(1.25)), z=cfg.robust_z,
+    shift = sustained_shift(dev, +1, delta=float(np.log(1.25)), z=cfg.robust_z, visible=cfg.onset_visible_share,
                             min_history=cfg.min_history, lasting_only=True)
     lasting = shift is not None
     if not lasting:
-        shift = sustained_shift(dev, +1, delta=float(np.log(1.25)), z=cfg.robust_z,
+        shift = sustained_shift(dev, +1, delta=float(np.log(1.25)), z=cfg.robust_z, visible=cfg.onset_visible_share,
                                 min_history=cfg.min_history)
     outside = s[(s < cfg.is_ratio_low) | (s > cfg.is_ratio_high)]
     if shift is not None:

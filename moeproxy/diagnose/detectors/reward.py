@@ -114,7 +114,7 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     # reward (robust sigma of its differences), from which the width of a level is measured
     diffs = np.diff(vals)
     noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2) if diffs.size >= 4 else 0.0
-    shift = sustained_shift(r, -1, delta=need, z=cfg.robust_z, min_history=cfg.min_history,
+    shift = sustained_shift(r, -1, delta=need, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history,
                             min_records=max(3, len(r) // 20))
     if shift is not None:
         # the two levels compared are each known to within the noise over the square root of their

@@ -49,7 +49,7 @@ def _entropy_drop(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     start, end = head_level(s.to_numpy()), tail_level(s.to_numpy())
     if not start > 0 or end > start * (1 - cfg.routing_entropy_drop):
         return None
-    shift = sustained_shift(s, -1, delta=start * cfg.routing_entropy_drop / 3, z=cfg.robust_z,
+    shift = sustained_shift(s, -1, delta=start * cfg.routing_entropy_drop / 3, z=cfg.robust_z, visible=cfg.onset_visible_share,
                             min_history=cfg.min_history)
     onset = shift.onset_step if shift else int(s.index[np.argmax(s.to_numpy() < start * (1 - cfg.routing_entropy_drop / 2))])
     return Finding(ROUTING_COLLAPSE, onset, CRITICAL, name, "routing_entropy_drop",
@@ -61,7 +61,7 @@ def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what
     s = series[np.isfinite(series.to_numpy())]
     if len(s) <= cfg.min_history:
         return None
-    shift = sustained_shift(s, +1, factor=factor, z=cfg.robust_z, min_history=cfg.min_history)
+    shift = sustained_shift(s, +1, factor=factor, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history)
     if shift is None:
         return None
     if tail_level(s.to_numpy()) <= head_level(s.to_numpy()):
