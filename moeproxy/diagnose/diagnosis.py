@@ -79,7 +79,9 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
 def _other_counters(run: RunSeries) -> dict:
     """name -> (step -> that counter's value at the step) for each series whose name is a step key
     of the vocabulary and whose values only grow: counters the log carries beside its step."""
-    keys = {k.lower() for k in STEP_KEYS}
+    # (and the episode count of a log whose step counts environment steps: keras-rl's ``episode``
+    # beside ``nb_steps``; an epoch is read apart, as a fraction)
+    keys = {k.lower() for k in STEP_KEYS} | {"episode"}
     out = {}
     for name, series in run.matching(lambda n: n.lower() in keys):
         c = series[np.isfinite(series.to_numpy(dtype=float))]

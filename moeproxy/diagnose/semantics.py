@@ -110,8 +110,8 @@ def never_computed(name: str, values: np.ndarray, core: set[str]) -> str | None:
 
 
 def edge_artefacts(series: pd.Series, record_counts: pd.Series) -> list[int]:
-    """Steps of a lone non-finite value in the first record (finite records follow), or in a
-    partial last record (finite records before it; fewer metrics logged at that step than usual)."""
+    """Steps of a lone non-finite value in the first record (finite records follow), of a run of them
+    opening the log before the metric was ever finite, or of one in a partial last record (finite records before it; fewer metrics logged at that step than usual)."""
     v = series.to_numpy(dtype=float)
     if v.size < 3:
         return []
@@ -123,6 +123,14 @@ def edge_artefacts(series: pd.Series, record_counts: pd.Series) -> list[int]:
     # was not trained after the non-finite record: it is kept, the first sign of the failure
     if bad[0] and not bad[1:3].any() and np.ptp(later) > 0:
         out.append(int(series.index[0]))
+    elif bad[0] and (~bad).any():
+        # a run of them opening the log before the metric was ever finite (keras-rl writes NaN for
+        # the episodes before its warm-up ends): not yet computed - overflow is a value turning
+        # non-finite "after being finite" (LABELS.md)
+        k = int(np.argmax(~bad))
+        rest = v[k:]
+        if rest.size >= 3 and np.isfinite(rest[:3]).all() and np.ptp(rest[np.isfinite(rest)]) > 0:
+            out.extend(int(t) for t in series.index[:k])
     if bad[-1] and not bad[-3:-1].any():
         last = int(series.index[-1])
         usual = float(np.median(record_counts.to_numpy())) if len(record_counts) else 0.0

@@ -117,7 +117,11 @@ def sniff_json_columns(src: SourceFile) -> float:
     head = src.head.lstrip()
     if not head.startswith(b"{"):
         return 0.0
-    return 0.5 if len(COLUMN_START.findall(head[:65536])) >= 2 else 0.0
+    window = head[:65536]
+    starts = len(COLUMN_START.findall(window))
+    # two columns begin in the window; or one whose numbers fill it, on one line (a keras-rl log's
+    # first column of 3,598 values is longer than the window; JSONL records are short lines)
+    return 0.5 if starts >= 2 or (starts == 1 and len(window) == 65536 and b"\n" not in window) else 0.0
 
 
 register(LogFormat("json-columns", "a JSON document of metric columns (a script's saved history, Keras' history)",

@@ -23,7 +23,10 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import LogTable
 
-SLOT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w])[-+]?(?i:nan|inf)(?![\w])")
+# a number (``721,361`` with its thousands grouped is one; ``707.45s`` with a unit of time is one, in
+# its unit), or nan/inf
+SLOT = re.compile(r"(?<![\w.,])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d.])|\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?:m?s)?(?![\w.])"
+                  r"|(?<![\w])[-+]?(?i:nan|inf)(?![\w])")
 # the slots with the spaces around them: the texts between come out stripped where they meet a slot
 SLOT_SPLIT = re.compile(f"\\s*({SLOT.pattern})\\s*")
 WORD = re.compile(r"[A-Za-z_][\w./\-]*[A-Za-z_\d]|[A-Za-z_]")
@@ -33,7 +36,7 @@ MAX_LINE = 4096  # a longer line is data, not a printed record
 
 
 def _number(text: str) -> float:
-    return float(text)  # Python reads nan, inf, -inf and +inf in any case
+    return float(text.replace(",", "").rstrip("ms"))  # Python reads nan, inf, -inf and +inf in any case
 
 
 def _split(line: str) -> tuple[str, list[str], list[str]] | None:
@@ -76,20 +79,29 @@ def _step_slot(rows: list[tuple[list[str], list[str]]], names: list[str | None])
         if all(b >= a for a, b in zip(ints, ints[1:])) and ints[-1] > ints[0]:
             candidates.append(i)
     named = [i for i in candidates if names[i] and COUNTER.match(names[i])]
-    return (named or candidates or [None])[0]
+    # unnamed, a counter that grows on every line (Marian's ``Up.``) before one that grows now and
+    # then (its ``Ep.``)
+    every = [i for i in candidates if all(int(b) > int(a) for a, b in zip(*[[v[i] for _, v in rows][k:] for k in (0, 1)]))]
+    # (a slot with a word before it before a timestamp's parts, which have none)
+    return (named or [i for i in every if names[i]] or every or candidates or [None])[0]
 
 
-def _record_types(lines) -> list[tuple[list[str | None], int, list]]:
-    """(slot names, step slot, rows) of each template that repeats and has a step and a metric."""
+def _record_types(lines) -> list[tuple[str, list[str | None], int | None, list]]:
+    """(template, slot names, step slot, rows) of each template that repeats and has a metric: with
+    a step, or, beside a template that has one, without (PyMARL prints ``t_env: 10060 | Episode:
+    194`` and then its metrics on lines of their own: they belong to the step printed before them)."""
     out = []
-    for _template, rows in _records(lines).items():
+    for template, rows in _records(lines).items():
         if len(rows) < MIN_RECORDS:
             continue
         names = _names(rows[0][0])
         step = _step_slot(rows, names)
-        if step is None or not any(n for i, n in enumerate(names) if i != step):
-            continue
-        out.append((names, step, rows))
+        metrics = sum(1 for i, n in enumerate(names) if i != step and n)
+        if not metrics or (step is None and metrics < 2):
+            continue  # (a line of metrics without a step needs two: one named number is a remark)
+        out.append((template, names, step, rows))
+    if not any(step is not None for _, _, step, _ in out):
+        return []
     return out
 
 
@@ -97,12 +109,22 @@ def parse_line_templates(src: SourceFile) -> ParsedLog:
     lines = [text for _, text in src.lines()]
     table = LogTable()
     used = 0
-    for names, step, rows in _record_types(lines):
-        for _, values in rows:
-            record = {n: _number(v) for i, (n, v) in enumerate(zip(names, values)) if i != step and n}
-            if record:
-                table.add_dict(int(values[step]), record)
-                used += 1
+    kinds = {template: (names, step) for template, names, step, _ in _record_types(lines)}
+    current = None
+    for line in lines:
+        split = _split(line.strip())
+        if split is None or split[0] not in kinds:
+            continue
+        names, step = kinds[split[0]]
+        values = split[2]
+        if step is not None:
+            current = int(values[step])
+        if current is None:
+            continue
+        record = {n: _number(v) for i, (n, v) in enumerate(zip(names, values)) if i != step and n}
+        if record:
+            table.add_dict(current, record)
+            used += 1
     rows = table.columns()
     skipped = sum(1 for text in lines if text.strip()) - used
     return ParsedLog(src.path, "line-templates", guess_framework(rows.names), src.sha256, rows, skipped)
@@ -113,7 +135,7 @@ def sniff_line_templates(src: SourceFile) -> float:
     if not lines:
         return 0.0
     kinds = _record_types(lines)
-    covered = sum(len(rows) for _, _, rows in kinds)
+    covered = sum(len(rows) for _, _, _, rows in kinds)
     return 0.1 if kinds and covered >= max(MIN_RECORDS, len(lines) // 4) else 0.0
 
 
