@@ -89,6 +89,7 @@ class IngestResult(list):
         self.skipped: list[SkippedFile] = list(skipped)
 
 
+LAST_RESORT = "line-templates"
 THIN_ROWS = 100  # a winner that read fewer values than this among ten times as many skipped lines
 
 
@@ -106,8 +107,16 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     if thin and fmt == "auto":
         from moeproxy.ingest.detect import past_preamble, runners_up
 
+        from moeproxy.ingest.registry import FORMATS
+
         others = runners_up(src, log_format)
-        for other in others + [f for f in past_preamble(src, log_format) if f not in others]:
+        others += [f for f in past_preamble(src, log_format) if f not in others]
+        # and the last resort, whose sniffer looks at the head only (records that start after a
+        # preamble longer than a quarter of it: a Marian log's 220 lines of options)
+        last = FORMATS.get(LAST_RESORT)
+        if last is not None and last is not log_format and last not in others:
+            others.append(last)
+        for other in others:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
