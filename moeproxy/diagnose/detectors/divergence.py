@@ -418,6 +418,13 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
             med, recs = float(head.median()), head
         if med <= 0:
             return None
+    first_recs = recs.iloc[:cfg.min_history]
+    if len(recs) >= 4 * cfg.min_history and 0 < float(first_recs.median()) * cfg.grad_blowup_factor < med \
+            and float(np.nanmax(vals[ok])) >= cfg.grad_blowup_factor * med:
+        # the median itself is x100 the first records', and the peak x100 the median: blown up within
+        # the first quarter (a QMIX TD loss 0.49, 5.7, 1419, 5.7e5, ... 1e28): the first records are the
+        # level it left (a DDPG actor loss, -Q, growing x200 with the return is not this)
+        med, recs = float(first_recs.median()), first_recs
     big = np.flatnonzero(ok & (vals >= max(cfg.grad_blowup_factor * med, floor)))
     steps = series.index.to_numpy()
     if loss is not None and big.size and big[0] == np.flatnonzero(ok)[0]:

@@ -1,0 +1,29 @@
+"""Readings blind24's misses asked for, on made-up logs of the shape: an RL TD loss that blows up
+from its second record (QMIX: 0.49, 5.7, 1419, 5.7e5, ... 1e28) is dated against its first records,
+not against a median already inside the blow-up; an actor loss (-Q) that grows x200 with the return
+is no blow-up."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose import diagnose_series
+
+
+def test_a_td_loss_blown_up_from_its_first_records_is_dated_where_it_left_them():
+    steps = np.arange(1, 56) * 10_000
+    loss = np.r_[[0.49, 5.7, 1419.0, 5.7e5, 3e7, 9e8, 2e9, 6.9e10, 3e12], 10 ** np.linspace(13, 28, 46)]
+    reward = np.linspace(1.3, 14.5, 55)
+    res = diagnose_series({"loss": dict(zip(steps, loss)), "reward_mean": dict(zip(steps, reward))})
+    assert res["verdict"] == "divergence", res["findings"][:2]
+    assert res["onset_step"] <= steps[2], res["findings"][:2]
+
+
+def test_an_actor_loss_growing_with_the_return_is_no_blow_up():
+    rng = np.random.default_rng(11)
+    steps = np.arange(1, 401) * 500
+    ret = np.r_[np.linspace(0, 1900, 300), np.full(100, 1900.0)] + rng.normal(0, 20, 400)
+    actor = -(8.4 + ret) * np.exp(rng.normal(0, 0.05, 400))     # -Q follows the return up x200
+    res = diagnose_series({"loss": dict(zip(steps, actor)), "reward_mean": dict(zip(steps, ret))})
+    assert not any(f["rule"] == "policy_loss_blowup" and f["severity"] == "critical" for f in res["findings"]), \
+        res["findings"][:2]
