@@ -27,3 +27,11 @@ def test_an_actor_loss_growing_with_the_return_is_no_blow_up():
     res = diagnose_series({"loss": dict(zip(steps, actor)), "reward_mean": dict(zip(steps, ret))})
     assert not any(f["rule"] == "policy_loss_blowup" and f["severity"] == "critical" for f in res["findings"]), \
         res["findings"][:2]
+
+
+def test_a_kl_term_blown_up_within_its_first_twentieth_is_dated_from_its_first_records():
+    steps = np.arange(1950, 1950 + 839 * 50, 50)
+    kl = np.r_[[0.392, 4.86, 50.6, 156.0, 400.0, 900.0, 1513.0], np.geomspace(2e3, 2e15, 400), np.full(432, 2.5e6)]
+    loss = np.linspace(10.7, 2.8, 839)
+    res = diagnose_series({"kl": dict(zip(steps, kl)), "loss": dict(zip(steps, loss))})
+    assert res["verdict"] == "divergence" and res["onset_step"] <= 2050, res["findings"][:2]

@@ -91,3 +91,13 @@ def test_the_episode_count_is_reported_beside_an_environment_step_onset():
     assert res["verdict"] == "reward_collapse"
     counters = res.get("onset_counters") or {}
     assert counters.get("episode") == int(res["onset_step"] // 800) - 1, res.get("onset_counters")
+
+
+def test_a_leading_progress_fraction_before_an_epoch_in_parentheses_is_the_step(tmp_path):
+    lines = [f"{s}/191900 (epoch {1 + s // 1000}) loss: {8.2 - s / 1e4:.3f}, gen_loss: 8.05, KL_loss: {13 + s / 1e3:.3f}, "
+             for s in range(1920, 2920, 5)]
+    path = tmp_path / "nohup.out"
+    path.write_text("Reading data file...\n" + "\n".join(lines) + "\n")
+    frame = parse_file(path).rows.to_frame()
+    loss = frame[frame.metric == "loss"]
+    assert list(loss.step)[:3] == [1920, 1925, 1930] and len(loss) == 200

@@ -130,6 +130,9 @@ def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
     if len(vals) <= cfg.min_history or pos.size < 3:
         return None
     start = head_level(pos, share=0.05, minimum=2)
+    # a blow-up already under way within that twentieth (a VAE's KL term 0.39, 4.9, 51, 156, ...):
+    # the first records are the early level it left
+    start = min(start, float(np.median(pos[:cfg.min_history])))
     end = tail_level(vals)
     if not (start > 0 and end >= cfg.kl_ref_blowup * start and end >= cfg.kl_ref_floor):
         return None

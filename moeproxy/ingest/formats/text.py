@@ -44,7 +44,9 @@ EPOCH_BATCHES = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*(\d+)\s*[|,]?\s*(\d+)\s*
                            re.IGNORECASE)
 # a progress fraction that opens a line (after tags in brackets) and a separator follows
 # (``12/100 | loss=0.1``, ELECTRA's ``26/1000000 = 0.0%, SPS: 0.4 ... - loss: 47.1``)
-LEADING_FRACTION = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)*(\d+)\s*/\s*(\d+)\s*(?=[|=,:]|-\s)")
+# or an epoch in parentheses (``1920/191900 (epoch 1) loss: 8.237``)
+PAREN_EPOCH = re.compile(r"^\s*\(\s*epoch\s*\d+\s*\)", re.IGNORECASE)  # its ``(epoch 1)``, not a metric
+LEADING_FRACTION = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)*(\d+)\s*/\s*(\d+)\s*(?=[|=,:(]|-\s)")
 # a batch counter with its total (``Batch 706/56191 - Loss: nan``); a bare ``batch 32`` may be a size
 BATCH_FRACTION = re.compile(r"(?<![\w/])batch\s*[:#]?\s*(\d+)\s*/\s*\d+(?![\w.])", re.IGNORECASE)
 # Keras prints the epoch on a line of its own (``Epoch 34/400``) and the epoch's metrics on the
@@ -256,7 +258,7 @@ def find_step(line: str) -> tuple[int, str] | None:
             return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
     m = LEADING_FRACTION.match(line)
     if m:  # ``[job]   12/100 | loss=0.1 | reward=0.3``: the progress fraction that opens the line
-        return int(m.group(1)), line[m.end():]
+        return int(m.group(1)), PAREN_EPOCH.sub(" , ", line[m.end():], count=1)
     m = BATCH_FRACTION.search(line)
     if m:
         return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
