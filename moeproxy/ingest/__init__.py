@@ -100,13 +100,23 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     before), so that a followed file's chunks store what one read of the whole stores."""
     src, log_format = open_and_detect(path, fmt)
     src.carry = carry
-    parsed = _parse(src, log_format)
-    # the head looked like one format, the records are another's: the winner read nothing, or a few
-    # values among thousands of lines it skipped (a config dump's dicts before mmengine's log lines)
-    thin = len(parsed.rows) == 0 or (len(parsed.rows) < THIN_ROWS and parsed.skipped_lines > 10 * len(parsed.rows))
+    try:
+        parsed = _parse(src, log_format)
+        failed = None
+    except InputError as exc:
+        # a whole-document format whose document does not parse may have been a head that only
+        # looked like one (a Lua table printed before a text log's lines); a file of lines that
+        # claims a line format and breaks on one line keeps the error naming that line
+        if fmt != "auto" or log_format.appendable:
+            raise
+        parsed, failed = None, exc
+    # the head looked like one format, the records are another's: the winner failed, read nothing, or
+    # read a few values among thousands of lines it skipped (a config dump's dicts before mmengine's
+    # log lines)
+    thin = parsed is None or len(parsed.rows) == 0 or (
+        len(parsed.rows) < THIN_ROWS and parsed.skipped_lines > 10 * len(parsed.rows))
     if thin and fmt == "auto":
         from moeproxy.ingest.detect import past_preamble, runners_up
-
         from moeproxy.ingest.registry import FORMATS
 
         others = runners_up(src, log_format)
@@ -116,14 +126,19 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
         last = FORMATS.get(LAST_RESORT)
         if last is not None and last is not log_format and last not in others:
             others.append(last)
+        have = 0 if parsed is None else len(parsed.rows)
         for other in others:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
-            if len(attempt.rows) > 10 * len(parsed.rows):
+            # (after a failed winner, only a reading of a hundred values or more: a small file that is
+            # broken where it claims a format keeps the error that says where)
+            if (parsed is None and len(attempt.rows) >= THIN_ROWS) or (parsed is not None and len(attempt.rows) > 10 * have):
                 parsed, log_format = attempt, other
                 break
+    if parsed is None:
+        raise failed
     if len(parsed.rows) == 0 and not allow_empty:
         raise InputError(f"{src.path}: recognised as {log_format.name} but holds no metric values")
     parsed.sha256 = src.checked_sha256()  # exactly the bytes parsed, however the parser read them

@@ -96,13 +96,15 @@ def _record_types(lines) -> list[tuple[str, list[str | None], int | None, list]]
             continue
         names = _names(rows[0][0])
         step = _step_slot(rows, names)
-        metrics = sum(1 for i, n in enumerate(names) if i != step and n)
-        if not metrics or (step is None and metrics < 2):
-            continue  # (a line of metrics without a step needs two: one named number is a remark)
+        if not any(n for i, n in enumerate(names) if i != step):
+            continue
         out.append((template, names, step, rows))
-    if not any(step is not None for _, _, step, _ in out):
-        return []
-    return out
+    stepped = max((len(rows) for _, _, step, rows in out if step is not None), default=0)
+    # a line without a step belongs to the records when it repeats about once per record (Coqui's
+    # ``| > loss_disc: 3.02 (3.46)`` under each ``--> STEP: 24/36 -- GLOBAL_STEP: 1000025``); one that
+    # repeats far less often is a remark (a config line, a per-epoch summary)
+    return [kind for kind in out if kind[2] is not None or stepped / 2 <= len(kind[3]) <= 2 * stepped] \
+        if stepped else []
 
 
 def parse_line_templates(src: SourceFile) -> ParsedLog:
