@@ -35,3 +35,22 @@ def test_a_kl_term_blown_up_within_its_first_twentieth_is_dated_from_its_first_r
     loss = np.linspace(10.7, 2.8, 839)
     res = diagnose_series({"kl": dict(zip(steps, kl)), "loss": dict(zip(steps, loss))})
     assert res["verdict"] == "divergence" and res["onset_step"] <= 2050, res["findings"][:2]
+
+
+def test_a_reward_dip_the_run_came_back_from_for_a_dozen_records_is_not_where_it_fell_for_good():
+    # blind25's shape: a return at ~1000 with dips that recover; one record at 522 (130), back at
+    # ~1000 for twelve records, then down to ~300 for good from 142
+    rng = np.random.default_rng(12)
+    ret = np.r_[np.linspace(40, 1000, 40), np.full(102, 1000.0), np.full(400, 300.0)] + rng.normal(0, 30, 542)
+    ret[130] = 522.0
+    res = diagnose_series({"reward_mean": dict(enumerate(ret))})
+    assert res["verdict"] == "reward_collapse" and 141 <= res["onset_step"] <= 143, res["findings"][:2]
+
+
+def test_the_record_the_reward_stays_below_from_skips_a_dip_it_came_back_from():
+    from moeproxy.diagnose.detectors.reward import _stays_below
+
+    low = np.r_[np.zeros(130), [1], np.zeros(11), np.ones(400)].astype(bool)
+    share = np.cumsum(low[::-1])[::-1] / np.arange(len(low), 0, -1)
+    assert share[130] >= 0.95                       # 95 % of what follows alone would date the dip
+    assert _stays_below(low)[0] == 142

@@ -122,8 +122,7 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
         # its start below halfway down), else the shift's own onset; a baseline of three records
         # is not a level to judge a drop against
         low = vals < shift.baseline - (shift.baseline - final) / 2
-        share_below_from = np.cumsum(low[::-1])[::-1] / np.arange(len(low), 0, -1)
-        stays = np.flatnonzero(low & (share_below_from >= 0.95))
+        stays = _stays_below(low)
         before = int(stays[0]) if stays.size else int(np.searchsorted(r.index.to_numpy(), shift.onset_step))
         width = noise * np.sqrt(1 / max(before, 1) + 1 / max(len(r) - before, 1))
     if shift is not None and shift.baseline - final >= max(0.8 * need, cfg.reward_noise_widths * width):
@@ -136,8 +135,7 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
         low = after.to_numpy() < peak - need / 2
         # the first record from which the reward stays below the bar (95% of what follows):
         # noisy dips below it before the decline are not the onset
-        share_below_from = np.cumsum(low[::-1])[::-1] / np.arange(len(low), 0, -1)
-        stays = np.flatnonzero(low & (share_below_from >= 0.95))
+        stays = _stays_below(low)
         if stays.size:
             onset = int(after.index[stays[0]])
             return [Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_below_peak",
@@ -145,6 +143,17 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
                             f"{fmt(peak - need / 2)} (halfway down from its peak rolling median {fmt(peak)}, at "
                             f"step {int(r.index[peak_i])}); {ev.median_of(ev.tail(r))}")]
     return []
+
+
+def _stays_below(low: np.ndarray) -> np.ndarray:
+    """Positions of records below the bar from which the reward stays below it: 95 % of all that
+    follow, and 80 % of the next twentieth of the run (at least 5 records) - a dip inside a stretch
+    the reward came back to for a dozen records is not where it fell for good."""
+    n = len(low)
+    share_below_from = np.cumsum(low[::-1])[::-1] / np.arange(n, 0, -1)
+    w = max(5, n // 20)
+    near = np.convolve(low.astype(float), np.ones(w), mode="full")[w - 1:][:n] / np.minimum(w, np.arange(n, 0, -1))
+    return np.flatnonzero(low & (share_below_from >= 0.95) & (near >= 0.8))
 
 
 def _rise_then(name: str, r, onset: int) -> str:
