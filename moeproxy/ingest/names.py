@@ -85,6 +85,9 @@ _MEANINGFUL_HEADS = frozenset({
     "ep", "episode",
     # a running best or last-seen copy of a metric (``best mean reward``) is not the metric
     "best", "worst",
+    # an evaluation metric's own score (``r2_score``, ``f1_score``, ``bleu_score``) is no reward
+    "r2", "f1", "bleu", "rouge", "auc", "acc", "accuracy", "map", "iou", "miou", "dice", "top1", "top5",
+    "precision", "recall", "wer", "cer", "psnr", "ssim", "fid", "silhouette", "jaccard",
 })
 _HEAD = re.compile(r"^([A-Za-z0-9]+)[_/ \-](.+)$")
 

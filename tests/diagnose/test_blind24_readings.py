@@ -54,3 +54,23 @@ def test_the_record_the_reward_stays_below_from_skips_a_dip_it_came_back_from():
     share = np.cumsum(low[::-1])[::-1] / np.arange(len(low), 0, -1)
     assert share[130] >= 0.95                       # 95 % of what follows alone would date the dip
     assert _stays_below(low)[0] == 142
+
+
+def test_a_validation_loss_at_a_uniform_guess_beside_a_training_loss_that_never_improved():
+    rng = np.random.default_rng(13)
+    steps = np.arange(49, 49 + 400 * 25, 25)
+    train = 0.78 + rng.normal(0, 0.08, 400)                         # noisy, never below ln 2, no trend
+    val = {int(s) + 10: float(np.log(2) + rng.normal(0, 1e-4)) for s in steps[8::8]}
+    res = diagnose_series({"loss": dict(zip(steps, train)), "val_loss": val})
+    assert res["verdict"] == "vanishing_gradient" and res["onset_step"] == 49, res["findings"][:2]
+    # the same validation loss while the training loss falls: it learns on what it trains on
+    falling = dict(zip(steps, 0.78 * np.exp(-np.arange(400) / 150) + rng.normal(0, 0.01, 400)))
+    res = diagnose_series({"loss": falling, "val_loss": val})
+    assert res["verdict"] != "vanishing_gradient", res["findings"][:2]
+
+
+def test_an_evaluation_metrics_score_is_no_reward():
+    from moeproxy.ingest.names import canonical_of
+
+    assert canonical_of("r2_score") is None and canonical_of("f1_score") is None
+    assert canonical_of("score") == ("reward_mean", canonical_of("score")[1])

@@ -18,6 +18,7 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, fmt, quarter_count
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
+from moeproxy.diagnose.semantics import is_validation_loss
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, VANISHING_GRADIENT, Finding
 from moeproxy.diagnose.rules import declare
 
@@ -305,17 +306,9 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     v = s.to_numpy(dtype=float)
     if v.size < cfg.vanishing_min_records or float(np.median(v)) <= 0:
         return []
-    level = float(np.median(v))
-    k = int(round(float(np.exp(level)))) if level < np.log(cfg.uniform_classes + 1) else 0
-    if 2 <= k <= cfg.uniform_classes:
-        near = np.abs(v - np.log(k)) <= cfg.uniform_tolerance
-        n_near = _tail_run(near)
-        if n_near >= cfg.vanishing_min_records:
-            began = int(s.index[v.size - n_near])
-            return [Finding(VANISHING_GRADIENT, began, CRITICAL, name, "loss_at_uniform_guess",
-                            f"{name} sits at ln({k}) = {np.log(k):.4f} (within the limit {fmt(cfg.uniform_tolerance)}) "
-                            f"in its last {n_near} records, from {ev.rec(s, began)}: the model predicts {k} "
-                            f"outcomes uniformly and does not learn")]
+    hit = _uniform_guess(name, s, cfg)
+    if hit is not None:
+        return [hit]
     # the loss as logged per step, then its per-epoch copy (Lightning's ``train_loss_epoch``): a loss
     # whose four batches repeat one cycle every epoch is a band of its batches' spread per step, and
     # a flat line per epoch
@@ -326,7 +319,42 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         hit = _never_moved(run, name, s[np.isfinite(s.to_numpy())], cfg)
         if hit is not None:
             return [hit]
+    # and the validation loss (a fixed set: no batch noise), when the training loss never improved:
+    # at a uniform guess, or never moved from the run's start; dated from the training loss's first
+    # record (the run never learned)
+    train = found[1]
+    if _improved(train, train.index.max()):
+        return []
+    for vname, vs in run.matching(lambda n: is_validation_loss(n) or (
+            n.endswith("loss") and n.split("/")[0].split("_")[0] in ("eval", "val", "validation", "valid"))):
+        vs = vs[np.isfinite(vs.to_numpy())]
+        hit = _uniform_guess(vname, vs, cfg) or _never_moved(run, vname, vs, cfg)
+        if hit is not None:
+            first = min(int(train.index[0]), int(vs.index[0]))
+            return [Finding(VANISHING_GRADIENT, first, CRITICAL, vname, hit.rule,
+                            hit.evidence + f", and {name} never fell below its first records' level")]
     return []
+
+
+def _uniform_guess(name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
+    """A loss at ln(k) for a small k to ``uniform_tolerance`` over its last ``vanishing_min_records``
+    records or more: the model outputs a uniform guess over k outcomes."""
+    v = s.to_numpy(dtype=float)
+    if v.size < cfg.vanishing_min_records or float(np.median(v)) <= 0:
+        return None
+    level = float(np.median(v))
+    k = int(round(float(np.exp(level)))) if level < np.log(cfg.uniform_classes + 1) else 0
+    if not 2 <= k <= cfg.uniform_classes:
+        return None
+    near = np.abs(v - np.log(k)) <= cfg.uniform_tolerance
+    n_near = _tail_run(near)
+    if n_near < cfg.vanishing_min_records:
+        return None
+    began = int(s.index[v.size - n_near])
+    return Finding(VANISHING_GRADIENT, began, CRITICAL, name, "loss_at_uniform_guess",
+                   f"{name} sits at ln({k}) = {np.log(k):.4f} (within the limit {fmt(cfg.uniform_tolerance)}) "
+                   f"in its last {n_near} records, from {ev.rec(s, began)}: the model predicts {k} "
+                   f"outcomes uniformly and does not learn")
 
 
 def _never_moved(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
