@@ -86,12 +86,12 @@ def _step_slot(rows: list[tuple[list[str], list[str]]], names: list[str | None])
     return (named or [i for i in every if names[i]] or every or candidates or [None])[0]
 
 
-def _record_types(lines) -> list[tuple[str, list[str | None], int | None, list]]:
+def _record_types(lines, groups=None) -> list[tuple[str, list[str | None], int | None, list]]:
     """(template, slot names, step slot, rows) of each template that repeats and has a metric: with
     a step, or, beside a template that has one, without (PyMARL prints ``t_env: 10060 | Episode:
     194`` and then its metrics on lines of their own: they belong to the step printed before them)."""
     out = []
-    for template, rows in _records(lines).items():
+    for template, rows in (groups if groups is not None else _records(lines)).items():
         if len(rows) < MIN_RECORDS:
             continue
         names = _names(rows[0][0])
@@ -111,10 +111,14 @@ def parse_line_templates(src: SourceFile) -> ParsedLog:
     lines = [text for _, text in src.lines()]
     table = LogTable()
     used = 0
-    kinds = {template: (names, step) for template, names, step, _ in _record_types(lines)}
+    splits = [_split(line.strip()) for line in lines]  # each line split once, in order
+    groups: dict[str, list] = defaultdict(list)
+    for split in splits:
+        if split is not None:
+            groups[split[0]].append((split[1], split[2]))
+    kinds = {template: (names, step) for template, names, step, _ in _record_types(lines, groups)}
     current = None
-    for line in lines:
-        split = _split(line.strip())
+    for split in splits:
         if split is None or split[0] not in kinds:
             continue
         names, step = kinds[split[0]]
