@@ -26,7 +26,7 @@ FALLBACK_NAMES: dict[str, tuple[str, ...]] = ALIASES
 _REWARD_NAMES = frozenset(name.lower() for name in ALIASES["reward_mean"])
 # an evaluation's mean return by any other name (OfflineRL-Kit's ``eval/normalized_episode_reward``);
 # its spread and extremes (``..._std``, ``..._max``) are no score
-_EVAL_RETURN = re.compile(r"^(?:[a-z]+_)*(?:episode_)?(?:reward|return)(?:_mean)?$", re.IGNORECASE)
+_EVAL_RETURN = re.compile(r"^(?:(?!(?:min|max|std|var)_)[a-z]+_)*(?:reward|return)(?:_mean)?$", re.IGNORECASE)
 
 
 RL_SIGNALS = ("reward_mean", "policy_entropy", "ppo_kl")

@@ -126,15 +126,15 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
         last = FORMATS.get(LAST_RESORT)
         if last is not None and last is not log_format and last not in others:
             others.append(last)
-        have = 0 if parsed is None else len(parsed.rows)
+        # ten times what the winner read; after a failed winner, a hundred values or more (a small
+        # file that is broken where it claims a format keeps the error that says where)
+        need = THIN_ROWS if parsed is None else 10 * len(parsed.rows) + 1
         for other in others:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
-            # (after a failed winner, only a reading of a hundred values or more: a small file that is
-            # broken where it claims a format keeps the error that says where)
-            if (parsed is None and len(attempt.rows) >= THIN_ROWS) or (parsed is not None and len(attempt.rows) > 10 * have):
+            if len(attempt.rows) >= need:
                 parsed, log_format = attempt, other
                 break
     if parsed is None:

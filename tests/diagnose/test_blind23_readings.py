@@ -141,3 +141,12 @@ def test_a_loss_passing_through_65504_on_its_way_up_is_no_fp16_saturation():
     res = diagnose_series({"loss": pd.Series(clamped, index=steps)})
     assert res["verdict"] == "overflow" and res["onset_step"] == steps[45], res["findings"][:3]
     assert ("saturated_value", "critical") in _rules(res)
+
+
+def test_an_evaluation_return_by_another_name_but_not_its_extremes():
+    def reward_of(names):
+        found = RunSeries({n: {1: 1.0, 2: 2.0, 3: 3.0} for n in names}).resolve_reward()
+        return found[0] if found else None
+
+    assert reward_of(["eval/normalized_episode_reward"]) == "eval/normalized_episode_reward"
+    assert reward_of(["eval/min_reward", "eval/normalized_episode_reward_std", "eval/std_return"]) is None

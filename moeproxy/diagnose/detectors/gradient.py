@@ -313,8 +313,7 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     # whose four batches repeat one cycle every epoch is a band of its batches' spread per step, and
     # a flat line per epoch
     copies = [(name, s)] + [(n, run.get(n)) for n in run.names
-                            if n.endswith("_epoch") and n != name and canonical_of(n[:-len("_epoch")]) is not None
-                            and canonical_of(n[:-len("_epoch")])[0] == "loss"]
+                            if n.endswith("_epoch") and n != name and (canonical_of(n[:-len("_epoch")]) or ("",))[0] == "loss"]
     for name, s in copies:
         hit = _never_moved(run, name, s[np.isfinite(s.to_numpy())], cfg)
         if hit is not None:
@@ -325,8 +324,7 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     train = found[1]
     if _improved(train, train.index.max()):
         return []
-    for vname, vs in run.matching(lambda n: is_validation_loss(n) or (
-            n.endswith("loss") and n.split("/")[0].split("_")[0] in ("eval", "val", "validation", "valid"))):
+    for vname, vs in run.matching(is_validation_loss):
         vs = vs[np.isfinite(vs.to_numpy())]
         hit = _uniform_guess(vname, vs, cfg) or _never_moved(run, vname, vs, cfg)
         if hit is not None:

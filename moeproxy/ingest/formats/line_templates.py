@@ -59,18 +59,21 @@ def _names(parts: list[str]) -> list[str | None]:
     return out
 
 
-def _records(lines) -> dict[str, list[tuple[list[str], list[str]]]]:
+def _records(splits) -> dict[str, list[tuple[list[str], list[str]]]]:
+    """The lines' splits (``_split``) grouped by template, in order."""
     groups: dict[str, list[tuple[list[str], list[str]]]] = defaultdict(list)
-    for line in lines:
-        split = _split(line.strip())
+    for split in splits:
         if split is not None:
             groups[split[0]].append((split[1], split[2]))
     return groups
 
 
 def _step_slot(rows: list[tuple[list[str], list[str]]], names: list[str | None]) -> int | None:
-    """The slot that counts the records: whole numbers, never decreasing, growing over the lines."""
-    candidates = []
+    """The slot that counts the records: whole numbers, never decreasing, growing over the lines; a
+    slot named like a counter first, then - a slot with a word before it (a timestamp's parts have
+    none) before one without - one that grows on every line (Marian's ``Up.``) before one that grows
+    now and then (its ``Ep.``)."""
+    candidates, every = [], []
     for i in range(len(names)):
         texts = [values[i] for _, values in rows]
         if not all(t.lstrip("+-").isdigit() for t in texts):
@@ -78,20 +81,18 @@ def _step_slot(rows: list[tuple[list[str], list[str]]], names: list[str | None])
         ints = [int(t) for t in texts]
         if all(b >= a for a, b in zip(ints, ints[1:])) and ints[-1] > ints[0]:
             candidates.append(i)
+            if all(b > a for a, b in zip(ints, ints[1:])):
+                every.append(i)
     named = [i for i in candidates if names[i] and COUNTER.match(names[i])]
-    # unnamed, a counter that grows on every line (Marian's ``Up.``) before one that grows now and
-    # then (its ``Ep.``)
-    every = [i for i in candidates if all(int(b) > int(a) for a, b in zip(*[[v[i] for _, v in rows][k:] for k in (0, 1)]))]
-    # (a slot with a word before it before a timestamp's parts, which have none)
     return (named or [i for i in every if names[i]] or every or candidates or [None])[0]
 
 
-def _record_types(lines, groups=None) -> list[tuple[str, list[str | None], int | None, list]]:
+def _record_types(splits) -> list[tuple[str, list[str | None], int | None, list]]:
     """(template, slot names, step slot, rows) of each template that repeats and has a metric: with
     a step, or, beside a template that has one, without (PyMARL prints ``t_env: 10060 | Episode:
     194`` and then its metrics on lines of their own: they belong to the step printed before them)."""
     out = []
-    for template, rows in (groups if groups is not None else _records(lines)).items():
+    for template, rows in _records(splits).items():
         if len(rows) < MIN_RECORDS:
             continue
         names = _names(rows[0][0])
@@ -112,11 +113,7 @@ def parse_line_templates(src: SourceFile) -> ParsedLog:
     table = LogTable()
     used = 0
     splits = [_split(line.strip()) for line in lines]  # each line split once, in order
-    groups: dict[str, list] = defaultdict(list)
-    for split in splits:
-        if split is not None:
-            groups[split[0]].append((split[1], split[2]))
-    kinds = {template: (names, step) for template, names, step, _ in _record_types(lines, groups)}
+    kinds = {template: (names, step) for template, names, step, _ in _record_types(splits)}
     current = None
     for split in splits:
         if split is None or split[0] not in kinds:
@@ -140,7 +137,7 @@ def sniff_line_templates(src: SourceFile) -> float:
     lines = [line[:HEAD_BYTES] for line in src.head_lines() if line.strip()]
     if not lines:
         return 0.0
-    kinds = _record_types(lines)
+    kinds = _record_types([_split(line.strip()) for line in lines])
     covered = sum(len(rows) for _, _, _, rows in kinds)
     return 0.1 if kinds and covered >= max(MIN_RECORDS, len(lines) // 4) else 0.0
 
