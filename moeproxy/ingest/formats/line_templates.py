@@ -27,8 +27,9 @@ from moeproxy.ingest.table import LogTable
 # its unit), or nan/inf
 SLOT = re.compile(r"(?<![\w.,])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d.])|\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?:m?s)?(?![\w.])"
                   r"|(?<![\w])[-+]?(?i:nan|inf)(?![\w])")
-# the slots with the spaces around them: the texts between come out stripped where they meet a slot
-SLOT_SPLIT = re.compile(f"\\s*({SLOT.pattern})\\s*")
+# the slots as a group, so that a split keeps them (the texts between are stripped after: a pattern
+# that takes the spaces around the slots too is twice as slow)
+SLOT_SPLIT = re.compile(f"({SLOT.pattern})")
 WORD = re.compile(r"[A-Za-z_][\w./\-]*[A-Za-z_\d]|[A-Za-z_]")
 COUNTER = re.compile(r"^(?:global_?step|step|iter(?:ation)?|it|batch|update|epoch)s?$", re.IGNORECASE)
 MIN_RECORDS = 5
@@ -46,7 +47,7 @@ def _split(line: str) -> tuple[str, list[str], list[str]] | None:
     pieces = SLOT_SPLIT.split(line)  # one pass: the texts at even places, the slots at odd ones
     if len(pieces) < 2:
         return None
-    parts, values = pieces[0::2], pieces[1::2]
+    parts, values = [text.strip() for text in pieces[0::2]], pieces[1::2]
     return "#".join(parts), parts, values  # (the line comes stripped: every part's ends meet a slot)
 
 
