@@ -24,6 +24,8 @@ thresholds(
     kl_ref_blowup=(100.0, "LABELS.md: KL to the reference x100 over its early level and staying"),
     kl_floor=(0.05, "new-vs-old KL (ppo_kl): ~1.5x a target of 0.01 is already large"),
     kl_ref_floor=(0.1, "KL to the reference grows from 0 by design; only large values count"),
+    ppo_kl_runaway_floor=(0.15, "new-vs-old KL whose level by the end is at least this (10x the ~0.015 PPO's early "
+                                "stopping aims at) after a climb of kl_factor over its first records: runaway"),
     ppo_kl_ceiling=(1.0, "new-vs-old KL per update at or above this (20x the 0.05 PPO already stops at), from a "
                          "record on to the end at its median: every update leaves the trust region"),
 )
@@ -33,9 +35,10 @@ RULES = declare(DIVERGENCE, {
     "kl_ref_blowup": "KL to the reference 100x its early level and staying",
     "ppo_kl_out_of_region": "new-vs-old KL at 1 nat or more per update, staying: no update stays in the trust region",
     "ppo_kl_spike": "new-vs-old KL at 1 nat or more for a few updates, then back: a warning unless a lasting change starts with it",
-}, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region"), spike=("ppo_kl_spike",),
+    "ppo_kl_runaway": "new-vs-old KL climbing (however slowly) to 10x its first records' level and 0.15 nat or more by the end",
+}, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region", "ppo_kl_runaway"), spike=("ppo_kl_spike",),
    thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_floor"),
-               "ppo_kl_out_of_region": ("ppo_kl_ceiling",), "ppo_kl_spike": ("ppo_kl_ceiling",)})
+               "ppo_kl_out_of_region": ("ppo_kl_ceiling",), "ppo_kl_runaway": ("kl_factor", "ppo_kl_runaway_floor"), "ppo_kl_spike": ("ppo_kl_ceiling",)})
 
 
 @register_detector("kl_explosion", "KL to reference (x100) or new-vs-old KL (x10) explodes and stays up: divergence")
@@ -54,8 +57,15 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 out.append(hit)
                 continue
             out += _trust_region_spikes(name, s, cfg)
+            # a climb too slow for a shift to stand out (0.008 -> 0.09 -> 0.4 over the run)
+            hit = _runaway_from_start(name, s, cfg, cfg.kl_factor, cfg.ppo_kl_runaway_floor, "ppo_kl_runaway",
+                                      "the policy moves ever further per update")
+            if hit is not None:
+                out.append(hit)
+                continue
         if canonical == "kl":
-            hit = _reference_kl_blowup(name, s, cfg)
+            hit = _runaway_from_start(name, s, cfg, cfg.kl_ref_blowup, cfg.kl_ref_floor, "kl_ref_blowup",
+                                      "the policy ran away from the reference")
             if hit is not None:
                 out.append(hit)
                 continue
@@ -121,9 +131,10 @@ def _out_of_trust_region(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
                    f"stops): every update leaves the trust region")
 
 
-def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
-    """KL to the reference ``kl_ref_blowup`` times its early level (the first records, where the
-    policy is still the reference) by the end of the run, above ``kl_ref_floor``: dated from the
+def _runaway_from_start(name: str, s, cfg: DiagnoseConfig, factor: float, floor: float, rule: str,
+                        meaning: str) -> Finding | None:
+    """A KL ``factor`` times its early level (the first records: for KL to the reference, where the
+    policy is still the reference) by the end of the run, and at ``floor`` or more: dated from the
     first record at 10x the early level from which it stays above it."""
     vals = s.to_numpy(dtype=float)
     pos = vals[vals > 0]
@@ -134,7 +145,7 @@ def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
     # the first records are the early level it left
     start = min(start, float(np.median(pos[:cfg.min_history])))
     end = tail_level(vals)
-    if not (start > 0 and end >= cfg.kl_ref_blowup * start and end >= cfg.kl_ref_floor):
+    if not (start > 0 and end >= factor * start and end >= floor):
         return None
     above = vals >= 10 * start
     stays = np.flatnonzero(above & (np.cumsum(above[::-1])[::-1] == np.arange(len(above), 0, -1)))
@@ -142,7 +153,7 @@ def _reference_kl_blowup(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
         return None
     onset = int(s.index[stays[0]])
     early = ev.head(s[s > 0], share=0.05, minimum=2)
-    return Finding(DIVERGENCE, onset, CRITICAL, name, "kl_ref_blowup",
+    return Finding(DIVERGENCE, onset, CRITICAL, name, rule,
                    f"{name} rose {ev.move(s, onset)} and stayed above 10x its early level from there; "
                    f"{ev.median_of(early)}{' (positive records only)' if (s.loc[:early.index[-1]] <= 0).any() else ''} "
-                   f"vs {ev.median_of(ev.tail(s))} ({fmt(end / start)}x): the policy ran away from the reference")
+                   f"vs {ev.median_of(ev.tail(s))} ({fmt(end / start)}x): {meaning}")
