@@ -93,7 +93,12 @@ def _is_core(name: str, core: set[str]) -> bool:
     low = name.lower()
     if any(k in low for k in ("kl", "aux", "balanc", "z_loss", "entropy", "val", "eval", "test", "predict")):
         return False
-    return low.endswith("loss") or low.endswith("grad_norm")
+    return low.endswith("loss") or low.endswith("grad_norm") or bool(ERROR_MEASURE.match(name))
+
+
+# a metric named only as an error measure (``MSE``, ``train_mae``): what a regression or a diffusion
+# model minimises, the training loss when the run logs no loss by name
+ERROR_MEASURE = re.compile(r"^(?:train(?:ing)?[_/ ]?)?(?:mse|mae|rmse|nll|bce|l1|l2|huber|error)$", re.IGNORECASE)
 
 
 def never_computed(name: str, values: np.ndarray, core: set[str]) -> str | None:
@@ -274,9 +279,17 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
     _denser_epoch_copies(kept, reading)
     out = RunSeries(kept)
     reading.step_gap = out.step_gap
-    if out.resolve("loss") is None and (loss := training_loss_by_name(out.names)) is not None:
+    if out.resolve("loss") is None and (loss := training_loss_by_name(out.names) or _sole_error_measure(out.names)):
         out.aliases["loss"] = reading.read_as["loss"] = loss
     return out, reading
+
+
+def _sole_error_measure(names: list[str]) -> str | None:
+    """The one metric named as an error measure (``MSE``: a diffusion model's noise-prediction
+    loss logged under the measure's name), when the run logs no loss: read as the training loss.
+    Two (``mse`` beside ``mae``) leave it open."""
+    found = [name for name in names if ERROR_MEASURE.match(name)]
+    return found[0] if len(found) == 1 else None
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")

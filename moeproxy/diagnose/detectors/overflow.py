@@ -176,7 +176,8 @@ def _counter_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None
 
 def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, fp16: bool) -> list[Finding]:
     out: list[Finding] = []
-    for name, series in run.matching(is_numeric_health_key):
+    read_as_loss = run.aliases.get("loss")  # the training loss the data stage found under another name
+    for name, series in run.matching(lambda n: is_numeric_health_key(n) or n == read_as_loss):
         s = series if start_end is None else series[series.index > start_end]
         vals = s.to_numpy()
         bad = np.flatnonzero(~np.isfinite(vals))
