@@ -349,9 +349,17 @@ def _uniform_guess(name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | No
     if n_near < cfg.vanishing_min_records:
         return None
     began = int(s.index[v.size - n_near])
+    if not (v[:v.size - n_near] < np.log(k) - cfg.uniform_tolerance).any():
+        # it only ever came down to the uniform guess from above (an untrained model's first
+        # records): it never learned, from the run's start (LABELS.md: the first record at which
+        # the anomaly is visible), as loss_never_moved dates it
+        began = int(s.index[0])
+        since = f"never below it before (from {ev.rec(s, began)} it only came down to it)"
+    else:
+        since = f"from {ev.rec(s, began)}"
     return Finding(VANISHING_GRADIENT, began, CRITICAL, name, "loss_at_uniform_guess",
                    f"{name} sits at ln({k}) = {np.log(k):.4f} (within the limit {fmt(cfg.uniform_tolerance)}) "
-                   f"in its last {n_near} records, from {ev.rec(s, began)}: the model predicts {k} "
+                   f"in its last {n_near} records, {since}: the model predicts {k} "
                    f"outcomes uniformly and does not learn")
 
 

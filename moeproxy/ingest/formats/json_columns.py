@@ -9,7 +9,10 @@ scripts dump their history (Keras' ``history.history``, ``{"history": {"steps": 
 - Lists of one length form one table: its step column is a list named for a step (the vocabulary's
   step keys, or their plural: ``steps``, ``iterations``, ``epochs``) or, for a second table,
   a name holding one with a prefix (``val_steps``), else an epoch or episode counter (``episodes``);
-  else the position is the step.
+  else the position is the step. A column with a counter of its own beside it (sacred / PyMARL's
+  ``return_mean`` and ``return_mean_T``) is read at those steps.
+- NumPy scalars as jsonpickle wrote them (``{"py/object": "numpy.float64", "value": 1.41}``) are
+  their values.
 - A list named in the plural holds one metric: ``train_losses`` is stored as ``train_loss``,
   ``learning_rates`` as ``learning_rate`` (the last word made singular), as a log names them.
 """
@@ -37,10 +40,25 @@ def _is_number(x) -> bool:
     return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
 
 
+def _plain(x):
+    """A number as it is, or as jsonpickle wrote a NumPy scalar (``{"py/object": "numpy.float64",
+    "value": 1.41}``: sacred's info.json); anything else unchanged (then not a number)."""
+    if isinstance(x, dict) and "value" in x and ("py/object" in x or "dtype" in x):
+        return x["value"]
+    return x
+
+
 def _columns(obj: dict) -> dict[str, list]:
-    return {k: v for k, v in obj.items()
-            if isinstance(v, list) and len(v) >= MIN_LENGTH and all(_is_number(x) for x in v)
-            and any(x is not None for x in v)}
+    out = {}
+    for k, v in obj.items():
+        if isinstance(v, list) and len(v) >= MIN_LENGTH:
+            v = [_plain(x) for x in v]
+            if all(_is_number(x) for x in v) and any(x is not None for x in v):
+                out[k] = v
+    return out
+
+
+OWN_COUNTER = "_T"  # sacred / PyMARL: ``return_mean`` holds the values, ``return_mean_T`` the t_env of each
 
 
 def _best_object(doc, depth: int = 0) -> dict[str, list]:
@@ -53,6 +71,13 @@ def _best_object(doc, depth: int = 0) -> dict[str, list]:
         if sum(map(len, inner.values())) > sum(map(len, best.values())):
             best = inner
     return best
+
+
+def _all_keys(doc, depth: int = 0) -> set[str]:
+    """Every key of the document's objects (up to ``MAX_DEPTH`` levels)."""
+    if not isinstance(doc, dict) or depth > MAX_DEPTH:
+        return set()
+    return set(doc).union(*(_all_keys(v, depth + 1) for v in doc.values()))
 
 
 def _step_name(name: str, keys=STEP_KEYS) -> bool:
@@ -87,10 +112,26 @@ def parse_json_columns(src: SourceFile) -> ParsedLog:
     columns = _best_object(doc)
     if not columns:
         raise InputError(f"{src.path}: no list of numbers to read as a metric")
+    table = LogTable()
+    # a column with a counter of its own beside it (``loss`` and ``loss_T``): its records at those
+    # steps; metrics logged at different intervals on one counter (PyMARL's training stats every
+    # 10k steps, its test stats every 2k) each keep their own
+    own: dict[int, dict[str, float]] = {}
+    for name in [c for c in columns if c + OWN_COUNTER in columns]:
+        values, steps = columns[name], columns[name + OWN_COUNTER]
+        if len(values) == len(steps) and _is_counter(steps):
+            for step, x in zip(steps, values):
+                if x is not None:
+                    own.setdefault(int(step), {})[name] = float(x)
+            del columns[name], columns[name + OWN_COUNTER]
+    for step in sorted(own):  # in step order: a step going back would read as a restart
+        table.add_dict(step, own[step])
+    for name in [c for c in columns if c.endswith(OWN_COUNTER) and isinstance(doc, dict) and c[:-len(OWN_COUNTER)] in
+                 _all_keys(doc)]:
+        del columns[name]  # the counter of a column whose values are no numbers (a pickled tensor): no metric
     by_length: dict[int, list[str]] = {}
     for name, values in columns.items():
         by_length.setdefault(len(values), []).append(name)
-    table = LogTable()
     from_index = False
     for n, names in sorted(by_length.items(), key=lambda item: -len(item[1])):
         counters = [c for c in names if _is_counter(columns[c])]

@@ -1,0 +1,36 @@
+"""Reading gaps blind27 showed, on made-up files of the shape: sacred / PyMARL's info.json keeps each
+metric's own counter beside it (``return_mean`` and ``return_mean_T``) and writes NumPy scalars the
+way jsonpickle does."""
+
+from __future__ import annotations
+
+import json
+
+from moeproxy.ingest import parse_file
+
+
+def _np(x: float) -> dict:
+    return {"dtype": "float64", "py/object": "numpy.float64", "value": x}
+
+
+def test_sacred_info_json_reads_each_metric_at_its_own_counter(tmp_path):
+    doc = {
+        "loss": [0.33, 0.028, 0.024, 0.76], "loss_T": [741, 10757, 20761, 50775],
+        "return_mean": [_np(1.4), _np(2.0), _np(3.1), _np(4.2), _np(5.0)],
+        "return_mean_T": [23, 10026, 20031, 30040, 40052],
+        "grad_norm": [{"py/reduce": [{"py/function": "torch._utils._rebuild_tensor_v2"}]}] * 4,
+        "grad_norm_T": [741, 10757, 20761, 50775],
+        "episode": [90, 180, 273], "episode_T": [2018, 4020, 6025],
+    }
+    path = tmp_path / "info.json"
+    path.write_text(json.dumps(doc, indent=2))  # as sacred writes it
+    parsed = parse_file(path)
+    assert parsed.format == "json-columns"
+    names = set(parsed.rows.names)
+    assert {"loss", "return_mean", "episode"} <= names
+    assert not any(n.endswith("_T") for n in names)      # counters are steps, not metrics
+    assert "grad_norm" not in names                        # a pickled tensor is no number
+    frame = parsed.rows.to_frame()
+    assert frame[frame.metric == "loss"].step.tolist() == [741, 10757, 20761, 50775]
+    assert frame[frame.metric == "return_mean"].value.tolist() == [1.4, 2.0, 3.1, 4.2, 5.0]
+    assert frame.attempt.nunique() == 1                   # one run: no step going back
