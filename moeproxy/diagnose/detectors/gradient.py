@@ -47,6 +47,7 @@ RULES = declare(VANISHING_GRADIENT, {
     "lr_zero": "learning rate 0 after being positive (not a schedule that decayed to 0)",
     "grad_norm_zero_throughout": "grad norm exactly 0 in every record and the loss never moves: no update was ever applied",
     "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
+    "loss_zero_throughout": "a (non-RL) training loss exactly 0 in every record: no gradient, no update ever made",
     "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
     "reward_at_floor": "an RL reward exactly at its lowest value on nearly every record, to the end: nothing is learned",
     "groups_all_equal": "the groups' reward std 0 on nearly every record and the reward level: nothing is learned",
@@ -59,6 +60,7 @@ RULES = declare(VANISHING_GRADIENT, {
                "grad_norm_zero_throughout": ("vanishing_min_records",),
                "lr_zero": ("vanishing_min_records", "lr_decayed_share"),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
+               "loss_zero_throughout": ("vanishing_min_records",),
                "updates_empty": ("empty_update_share", "vanishing_min_records"),
                "reward_at_floor": ("empty_update_share", "vanishing_min_records"),
                "groups_all_equal": ("empty_update_share", "vanishing_min_records")})
@@ -174,6 +176,15 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     changing. Dated from the first record when the training loss never improved before the
     repetition began (the run never learned), else from the first repeated record."""
     train = run.resolve("loss")
+    if train is not None and not run.is_rl:
+        v = train[1].to_numpy(dtype=float)
+        if v.size >= cfg.vanishing_min_records and not np.any(v):
+            # a training loss of exactly 0 from its first record to its last (an RL loss is 0 when a
+            # group's rewards are equal: not here) gives no gradient: no update was ever made
+            first = int(train[1].index[0])
+            return [Finding(VANISHING_GRADIENT, first, CRITICAL, train[0], "loss_zero_throughout",
+                            f"{train[0]} is exactly 0 in all {v.size} records from step {first}: a loss of 0 "
+                            f"gives no gradient, no update was ever made")]
     names = ([train[0]] if train else []) + [n for n, _ in run.matching(
         lambda n: n.endswith("loss") and n.split("/")[0].split("_")[0] in ("eval", "val", "validation", "valid"))]
     for name in names:
@@ -299,7 +310,16 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
       ``never_learned_trend`` of its level (no trend at all).
     Dated from the first record of the stretch."""
     found = run.resolve("loss")
-    if found is None or run.is_rl:
+    if run.is_rl:
+        return []
+    if found is None:
+        # only a validation loss logged (a fixed set: no batch noise): one that never moved from the
+        # run's start says the run never learned on its own
+        for vname, vs in run.matching(is_validation_loss):
+            hit = _never_moved(run, vname, vs[np.isfinite(vs.to_numpy())], cfg)
+            if hit is not None:
+                return [Finding(VANISHING_GRADIENT, hit.onset_step, CRITICAL, vname, hit.rule,
+                                hit.evidence + " (no training loss logged)")]
         return []
     name, s = found
     s = s[np.isfinite(s.to_numpy())]
