@@ -34,3 +34,22 @@ def test_sacred_info_json_reads_each_metric_at_its_own_counter(tmp_path):
     assert frame[frame.metric == "loss"].step.tolist() == [741, 10757, 20761, 50775]
     assert frame[frame.metric == "return_mean"].value.tolist() == [1.4, 2.0, 3.1, 4.2, 5.0]
     assert frame.attempt.nunique() == 1                   # one run: no step going back
+
+
+def test_a_semicolon_table_of_numbers_without_a_header_is_read_by_place(tmp_path):
+    # blind29's shape: three runs' evaluation returns side by side, one row per evaluation, no header
+    path = tmp_path / "returns.csv"
+    path.write_text("".join(f"{10 + i};{16 + i / 2};{9.5 + i * 0.25}\n" for i in range(40)))
+    parsed = parse_file(path)
+    assert parsed.format == "csv"
+    assert parsed.rows.names == ["column_1", "column_2", "column_3"]
+    frame = parsed.rows.to_frame()
+    first = frame[frame.metric == "column_1"]
+    assert first.step.tolist() == list(range(40)) and first.value.iloc[0] == 10.0   # the first row is data
+
+
+def test_a_comma_table_with_a_header_is_read_as_before(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,loss\n" + "".join(f"{i},{1 / (i + 1)}\n" for i in range(10)))
+    parsed = parse_file(path)
+    assert parsed.rows.names == ["loss"]

@@ -5,7 +5,9 @@
   mean "not logged at this step" and are left out; ``nan``/``inf``/``null`` cells are values.
 - msprobe monitor: header ``vpp_stage,name,step[,micro_step],<ops...>``; each ``name``/op pair
   becomes a metric ``<name>/<op>``; the rank comes from the ``...-rank<R>-...`` directory.
-- Generic: any table with a step-like column, or numeric columns only (row index = step).
+- Generic: any table with a step-like column, or numeric columns only (row index = step); a table
+  of numbers without a header row gets its columns named by place (``column_1``, ...). Comma, tab or
+  semicolon separated.
 """
 
 from __future__ import annotations
@@ -73,8 +75,16 @@ def _without_comment_lines(text: str) -> str:
 
 
 def _dialect(src: SourceFile) -> str:
+    """Tab, comma or (a European spreadsheet's) semicolon: the one the first line holds most of."""
     first = _without_comment_lines(src.head_text).split("\n", 1)[0]
+    if first.count(";") > max(first.count(","), first.count("\t")):
+        return ";"
     return "\t" if first.count("\t") > first.count(",") else ","
+
+
+def _headerless(first: list[str]) -> bool:
+    """A first row of numbers only: a table written without its header (``np.savetxt``)."""
+    return len(first) >= 2 and all(c.strip() and parse_number(c) is not None for c in first)
 
 
 def _numeric(column) -> tuple[list[float], np.ndarray] | None:
@@ -101,11 +111,15 @@ def parse_csv(src: SourceFile) -> ParsedLog:
     try:
         text = _without_comment_lines(src.read_text())
         # na_filter off: every cell stays its text, and the cells a short row lacks read "" (not logged)
-        df = pd.read_csv(io.StringIO(text), sep=_dialect(src), dtype=str, keep_default_na=False, na_filter=False,
-                         on_bad_lines="skip")
+        sep = _dialect(src)
+        first = next(csv.reader([text.split("\n", 1)[0]], delimiter=sep), [])
+        # no header: the columns are named by their place (``column_1``, ...), the row index is the step
+        header = dict(header=None, names=[f"column_{i + 1}" for i in range(len(first))]) if _headerless(first) else {}
+        df = pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False, na_filter=False,
+                         on_bad_lines="skip", **header)
         # rows with more cells than the header (two records run together) were left out: counted, noted
         # (the newline count first, in C; the exact count of non-blank lines only when it says rows are missing)
-        lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        lines = text.count("\n") + (0 if text.endswith("\n") else 1) - (1 if header else 0)
         bad = 0 if lines - 1 <= len(df) else max(0, sum(1 for line in text.splitlines() if line.strip()) - 1 - len(df))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{src.path}: malformed CSV ({str(exc).splitlines()[0]})") from None
@@ -231,6 +245,8 @@ def sniff_csv(src: SourceFile) -> float:
     rows = whole
     cells = [c for row in rows for c in row]
     numeric = sum(1 for c in cells if not c.strip() or parse_number(c) is not None)
+    if _headerless(header) and numeric == len(cells):
+        return 0.3  # numbers only, from the first row on: a table without its header
     if numeric < 0.5 * len(cells) or any(parse_number(h) is not None for h in header):
         return 0.0  # a header of names over mostly numeric cells, or it is not a table
     if ("vpp_stage" in header and "name" in header) or set(MONITOR_COLUMNS) <= set(header):
