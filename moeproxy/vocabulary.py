@@ -141,6 +141,7 @@ STEP_KEYS: tuple[str, ...] = (
     # beside the onset as the log's other counter
     "training_iteration",
     "nupdates",  # OpenAI baselines' PPO2: its update count beside total_timesteps
+    "t_env",  # PyMARL's environment steps (``Recent Stats | t_env: 12000 | Episode: 30``)
 )
 
 # counters of whole epochs or episodes: a table's step when it has no step key and one of these counts

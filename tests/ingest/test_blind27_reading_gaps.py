@@ -53,3 +53,17 @@ def test_a_comma_table_with_a_header_is_read_as_before(tmp_path):
     path.write_text("step,loss\n" + "".join(f"{i},{1 / (i + 1)}\n" for i in range(10)))
     parsed = parse_file(path)
     assert parsed.rows.names == ["loss"]
+
+
+def test_pymarls_t_env_is_a_step_counter_reported_beside_the_onset(tmp_path):
+    from moeproxy.diagnose.record import diagnose_target
+
+    lines = []
+    for i in range(1, 61):
+        lines.append(f"[INFO 10:45:44] my_main Recent Stats | t_env:  {i * 12000:>9} | Episode:  {i * 30:>6}")
+        loss = 0.2 if i < 40 else 0.2 * 10 ** ((i - 39) / 4)
+        lines.append(f"loss:  {loss:.4f}\treturn_mean:  {5 + i / 10:.4f}\tq_taken_mean:  {1 + i / 100:.4f}")
+    path = tmp_path / "cout.txt"
+    path.write_text("\n".join(lines) + "\n")
+    _, result, _ = diagnose_target(str(path), db=":memory:")
+    assert "t_env" in (result.get("onset_counters") or {}), result
