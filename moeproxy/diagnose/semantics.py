@@ -98,7 +98,9 @@ def _is_core(name: str, core: set[str]) -> bool:
 
 # a metric named only as an error measure (``MSE``, ``train_mae``): what a regression or a diffusion
 # model minimises, the training loss when the run logs no loss by name
-ERROR_MEASURE = re.compile(r"^(?:train(?:ing)?[_/ ]?)?(?:mse|mae|rmse|nll|bce|l1|l2|huber|error)$", re.IGNORECASE)
+# (Lightning's per-step copy, ``mse_step``, too)
+ERROR_MEASURE = re.compile(r"^(?:train(?:ing)?[_/ ]?)?(?:mse|mae|rmse|nll|bce|l1|l2|huber|error)(?:_step)?$",
+                           re.IGNORECASE)
 
 
 def never_computed(name: str, values: np.ndarray, core: set[str]) -> str | None:

@@ -35,3 +35,14 @@ def test_a_loss_that_learned_then_went_back_to_ln2_is_dated_where_it_went_back()
     res = diagnose_series({"loss": dict(enumerate(loss))})
     hit = [f for f in res["findings"] if f["category"] == "vanishing_gradient"]
     assert hit and all(f["onset_step"] >= 30 for f in hit), res["findings"][:2]
+
+
+def test_lightnings_per_step_copy_of_an_error_measure_is_the_loss():
+    # blind29's shape: Lightning's ``mse_step`` beside its per-epoch copies, no loss by name; it
+    # jumps from 0.06 to 1.0 and stays
+    steps = np.arange(1, 55) * 50 - 1
+    mse = np.r_[np.geomspace(0.72, 0.062, 27), np.full(27, 1.0)]
+    res = diagnose_series({"mse_step": dict(zip(steps.tolist(), mse)),
+                           "mse_epoch_step": dict(zip(steps.tolist(), mse))})
+    assert res["data"].get("read_as") == {"loss": "mse_step"}, res["data"]
+    assert res["verdict"] == "divergence" and res["onset_step"] == steps[27], res["findings"][:2]
