@@ -96,10 +96,10 @@ def _is_core(name: str, core: set[str]) -> bool:
     return low.endswith("loss") or low.endswith("grad_norm") or bool(ERROR_MEASURE.match(name))
 
 
-# a metric named only as an error measure (``MSE``, ``train_mae``): what a regression or a diffusion
-# model minimises, the training loss when the run logs no loss by name
-# (Lightning's per-step copy, ``mse_step``, too)
-ERROR_MEASURE = re.compile(r"^(?:train(?:ing)?[_/ ]?)?(?:mse|mae|rmse|nll|bce|l1|l2|huber|error)(?:_step)?$",
+# a metric named only as an error measure (``MSE``, ``train_mae``; Lightning's per-step copy
+# ``mse_step``): what a regression or a diffusion model minimises, the training loss when the run logs
+# no loss by name (not ``l1``/``l2``: as in ``_NOT_TRAINING``, those are as often a weight penalty)
+ERROR_MEASURE = re.compile(r"^(?:train(?:ing)?[_/ ]?)?(?:mse|mae|rmse|nll|bce|huber|error)(?:_step)?$",
                            re.IGNORECASE)
 
 

@@ -174,7 +174,9 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """A loss (training, or evaluation on a fixed set) that repeats one non-zero value to
     ``same_value`` for at least ``vanishing_min_records`` records through the end: the weights stopped
     changing. Dated from the first record when the training loss never improved before the
-    repetition began (the run never learned), else from the first repeated record."""
+    repetition began (the run never learned), else from the first repeated record. A (non-RL)
+    training loss of exactly 0 in every record is its own rule, ``loss_zero_throughout``: no gradient
+    at all (0 repeated is no printed value that could repeat by chance, which ``min_digits`` guards)."""
     train = run.resolve("loss")
     if train is not None and not run.is_rl:
         v = train[1].to_numpy(dtype=float)

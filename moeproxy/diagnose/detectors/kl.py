@@ -135,7 +135,7 @@ def _runaway_from_start(name: str, s, cfg: DiagnoseConfig, factor: float, floor:
                         meaning: str) -> Finding | None:
     """A KL ``factor`` times its early level (the first records: for KL to the reference, where the
     policy is still the reference) by the end of the run, and at ``floor`` or more: dated from the
-    first record at 10x the early level from which it stays above it."""
+    first record at ``kl_factor`` times the early level from which it stays above it."""
     vals = s.to_numpy(dtype=float)
     pos = vals[vals > 0]
     if len(vals) <= cfg.min_history or pos.size < 3:
@@ -147,13 +147,13 @@ def _runaway_from_start(name: str, s, cfg: DiagnoseConfig, factor: float, floor:
     end = tail_level(vals)
     if not (start > 0 and end >= factor * start and end >= floor):
         return None
-    above = vals >= 10 * start
+    above = vals >= cfg.kl_factor * start
     stays = np.flatnonzero(above & (np.cumsum(above[::-1])[::-1] == np.arange(len(above), 0, -1)))
     if not stays.size:
         return None
     onset = int(s.index[stays[0]])
     early = ev.head(s[s > 0], share=0.05, minimum=2)
     return Finding(DIVERGENCE, onset, CRITICAL, name, rule,
-                   f"{name} rose {ev.move(s, onset)} and stayed above 10x its early level from there; "
+                   f"{name} rose {ev.move(s, onset)} and stayed above {fmt(cfg.kl_factor)}x its early level from there; "
                    f"{ev.median_of(early)}{' (positive records only)' if (s.loc[:early.index[-1]] <= 0).any() else ''} "
                    f"vs {ev.median_of(ev.tail(s))} ({fmt(end / start)}x): {meaning}")

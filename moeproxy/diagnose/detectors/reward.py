@@ -25,6 +25,11 @@ from moeproxy.diagnose.rules import declare
 thresholds(
     reward_noise_widths=(3.0, "LABELS.md: a reward collapse is down several noise widths (of the levels compared) for good"),
     reward_drop_fraction=(0.5, "share of the gained reward (or of its level, when less) lost, sustained"),
+    reward_stays_share=(0.95, "a reward below the bar from a record on stays below for this share of all that follows"),
+    reward_stays_near=(0.8, "... and for this share of the records just after (reward_stays_window): a dip it "
+                            "came back from is not where it fell for good"),
+    reward_stays_window=(0.05, "... those records: this share of the run (a twentieth), at least reward_stays_min"),
+    reward_stays_min=(5, "... at least this many records"),
     eval_drop_share=(0.4, "an evaluation score that loses this share of its early level for good"),
     eval_min_drop=(0.1, "... and at least this much (scores in [0, 1]): a reward collapse"),
 )
@@ -34,7 +39,10 @@ RULES = declare(REWARD_COLLAPSE, {
     "reward_below_peak": "the reward falls well below its peak and stays there",
     "eval_reward_drop": "an evaluation accuracy/reward falls by at least half its level and stays down",
 }, damage=("reward_drop", "reward_below_peak", "eval_reward_drop"),
-   thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop")})
+   thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths", "reward_stays_share",
+                               "reward_stays_near", "reward_stays_window", "reward_stays_min"),
+               "reward_below_peak": ("reward_drop_fraction", "reward_stays_share", "reward_stays_near",
+                                     "reward_stays_window", "reward_stays_min"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop")})
 
 
 # a success rate (``TestSuccess``, ``rollout/success_rate``, ``is_success``), not a count of successes
@@ -122,7 +130,7 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
         # its start below halfway down), else the shift's own onset; a baseline of three records
         # is not a level to judge a drop against
         low = vals < shift.baseline - (shift.baseline - final) / 2
-        stays = _stays_below(low)
+        stays = _stays_below(low, cfg)
         before = int(stays[0]) if stays.size else int(np.searchsorted(r.index.to_numpy(), shift.onset_step))
         width = noise * np.sqrt(1 / max(before, 1) + 1 / max(len(r) - before, 1))
     if shift is not None and shift.baseline - final >= max(0.8 * need, cfg.reward_noise_widths * width):
@@ -135,7 +143,7 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
         low = after.to_numpy() < peak - need / 2
         # the first record from which the reward stays below the bar (95% of what follows):
         # noisy dips below it before the decline are not the onset
-        stays = _stays_below(low)
+        stays = _stays_below(low, cfg)
         if stays.size:
             onset = int(after.index[stays[0]])
             return [Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_below_peak",
@@ -145,15 +153,17 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     return []
 
 
-def _stays_below(low: np.ndarray) -> np.ndarray:
-    """Positions of records below the bar from which the reward stays below it: 95 % of all that
-    follow, and 80 % of the next twentieth of the run (at least 5 records) - a dip inside a stretch
-    the reward came back to for a dozen records is not where it fell for good."""
+def _stays_below(low: np.ndarray, cfg: DiagnoseConfig | None = None) -> np.ndarray:
+    """Positions of records below the bar from which the reward stays below it: ``reward_stays_share``
+    of all that follow, and ``reward_stays_near`` of the next ``reward_stays_window`` of the run (at
+    least ``reward_stays_min`` records) - a dip inside a stretch the reward came back to for a dozen records is
+    not where it fell for good."""
+    cfg = cfg or DiagnoseConfig()
     n = len(low)
     share_below_from = np.cumsum(low[::-1])[::-1] / np.arange(n, 0, -1)
-    w = max(5, n // 20)
+    w = max(int(cfg.reward_stays_min), int(n * cfg.reward_stays_window))
     near = np.convolve(low.astype(float), np.ones(w), mode="full")[w - 1:][:n] / np.minimum(w, np.arange(n, 0, -1))
-    return np.flatnonzero(low & (share_below_from >= 0.95) & (near >= 0.8))
+    return np.flatnonzero(low & (share_below_from >= cfg.reward_stays_share) & (near >= cfg.reward_stays_near))
 
 
 def _rise_then(name: str, r, onset: int) -> str:

@@ -114,13 +114,15 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         sep = _dialect(src)
         first = next(csv.reader([text.split("\n", 1)[0]], delimiter=sep), [])
         # no header: the columns are named by their place (``column_1``, ...), the row index is the step
-        header = dict(header=None, names=[f"column_{i + 1}" for i in range(len(first))]) if _headerless(first) else {}
+        headerless = _headerless(first)
+        named = dict(header=None, names=[f"column_{i + 1}" for i in range(len(first))]) if headerless else {}
         df = pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False, na_filter=False,
-                         on_bad_lines="skip", **header)
+                         on_bad_lines="skip", **named)
         # rows with more cells than the header (two records run together) were left out: counted, noted
         # (the newline count first, in C; the exact count of non-blank lines only when it says rows are missing)
-        lines = text.count("\n") + (0 if text.endswith("\n") else 1) - (1 if header else 0)
-        bad = 0 if lines - 1 <= len(df) else max(0, sum(1 for line in text.splitlines() if line.strip()) - 1 - len(df))
+        lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        above = 0 if headerless else 1  # the header line
+        bad = 0 if lines - above <= len(df) else max(0, sum(1 for line in text.splitlines() if line.strip()) - above - len(df))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{src.path}: malformed CSV ({str(exc).splitlines()[0]})") from None
     table = LogTable()

@@ -126,8 +126,8 @@ def parse_json_columns(src: SourceFile) -> ParsedLog:
             del columns[name], columns[name + OWN_COUNTER]
     for step in sorted(own):  # in step order: a step going back would read as a restart
         table.add_dict(step, own[step])
-    for name in [c for c in columns if c.endswith(OWN_COUNTER) and isinstance(doc, dict) and c[:-len(OWN_COUNTER)] in
-                 _all_keys(doc)]:
+    keys = _all_keys(doc)
+    for name in [c for c in columns if c.endswith(OWN_COUNTER) and c[:-len(OWN_COUNTER)] in keys]:
         del columns[name]  # the counter of a column whose values are no numbers (a pickled tensor): no metric
     by_length: dict[int, list[str]] = {}
     for name, values in columns.items():
