@@ -73,6 +73,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
         # Unity ML-Agents: the mean cumulative episode reward over all agents (Environment/Cumulative
         # Reward); its Policy/Extrinsic Reward is one reward signal's, with curiosity beside it
         "environment/cumulative reward",
+        # ML-Agents' POCA trainer: the team's reward (each agent's own Cumulative Reward reads 0)
+        "environment/group cumulative reward",
     ),
     "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
     "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal
@@ -148,6 +150,11 @@ STEP_KEYS: tuple[str, ...] = (
 # up by whole numbers, row after row (Spinning Up's ``Epoch``, a script's ``episode`` list); a table
 # with a step key keeps it (an HF Trainer's fractional ``epoch`` beside its ``step``)
 COUNTER_KEYS: tuple[str, ...] = ("epoch", "episode")
+
+# update counters a table also carries (Stable-Baselines3's ``train/n_updates``): its step when every
+# step key starts again (``learn()`` called again and again, each call counting its iterations and
+# timesteps from 0) and this one never goes back (LABELS.md: a repeated inner counter is no restart)
+UPDATE_COUNTER_KEYS: tuple[str, ...] = ("train/n_updates", "n_updates", "num_updates")
 
 # keys whose value is the step as a progress string "N/TOTAL" (ms-swift: "global_step/max_steps": "5/2169")
 FRACTION_STEP_KEYS: tuple[str, ...] = ("global_step/max_steps",)

@@ -36,7 +36,7 @@ import pandas as pd
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
-from moeproxy.vocabulary import LAYER_PREFIX
+from moeproxy.vocabulary import ALIASES, LAYER_PREFIX
 
 thresholds(
     startup_min_scale=(1024.0, "fp16 scalers start their search at 2^16 or more; halvings from below are overflows"),
@@ -283,7 +283,23 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
     reading.step_gap = out.step_gap
     if out.resolve("loss") is None and (loss := training_loss_by_name(out.names) or _sole_error_measure(out.names)):
         out.aliases["loss"] = reading.read_as["loss"] = loss
+    rewards = {a.lower() for a in ("reward_mean", *ALIASES["reward_mean"])}
+    if out.resolve("reward_mean") is None and any(n.lower() in rewards for n in reading.never_computed) \
+            and (reward := _next_reward_alias(out.names)):
+        # the reward under its first name was never computed (Unity ML-Agents' POCA trainer logs
+        # every agent's own Cumulative Reward as 0 and the team's in its Group Cumulative Reward):
+        # the next of the reward's names the run logs, with numbers in it, is the reward
+        out.aliases["reward_mean"] = reading.read_as["reward_mean"] = reward
     return out, reading
+
+
+def _next_reward_alias(names: list[str]) -> str | None:
+    """The first of the reward's framework names (``vocabulary.ALIASES``, in their order, in any
+    case) among the metrics kept."""
+    by_lower = {}
+    for name in names:
+        by_lower.setdefault(name.lower(), name)
+    return next((by_lower[a.lower()] for a in ALIASES["reward_mean"] if a.lower() in by_lower), None)
 
 
 def _sole_error_measure(names: list[str]) -> str | None:

@@ -186,7 +186,9 @@ def test_the_detector_that_reports_a_blowup_is_named_for_it():
     assert rise.category == "divergence" and rise.rule == "entropy_blowup"
     # and a fall is still entropy_collapse's, with its numbers named
     fall = np.concatenate([np.full(10, 0.9), np.geomspace(0.9, 0.01, 10), np.full(n - 20, 0.01)])
-    series = _rl_run(np.full(n, 0.2), fall)
+    # (a flat reward that moves a little: one value in every record would itself say the run never
+    # had anything to learn from)
+    series = _rl_run(0.2 + 0.01 * np.sin(np.arange(n)), fall)
     result = diagnose_series(series)
     assert detectors["entropy_blowup"].detect(RunSeries(series), cfg) == []
     assert result["verdict"] == "entropy_collapse"

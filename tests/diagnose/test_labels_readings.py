@@ -93,8 +93,10 @@ def test_a_grpo_reward_pinned_at_its_floor_in_every_quarter_never_learns():
     # a reward that learned for a while in the middle and fell back is not "never learned"
     reward[20:40] = np.where(rng.random(20) < 0.5, 0.17, -0.10)
     assert ("reward_at_floor", "critical") not in _rules(diagnose_series({"loss": loss, "reward_mean": reward}))
-    # one value in every record may never have been computed: no evidence
-    assert diagnose_series({"loss": loss, "reward_mean": np.full(n, -0.10)})["verdict"] != "vanishing_gradient"
+    # 0 in every record was never computed (LABELS.md "Data before signals"): no evidence; one value
+    # other than 0 in every record was computed, and no update ever had anything else to learn from
+    assert diagnose_series({"loss": loss, "reward_mean": np.zeros(n)})["verdict"] != "vanishing_gradient"
+    assert ("reward_at_floor", "critical") in _rules(diagnose_series({"loss": loss, "reward_mean": np.full(n, -0.10)}))
 
 
 def test_groups_all_equal_on_nearly_every_step_never_learn_even_beside_a_later_grad_excursion():

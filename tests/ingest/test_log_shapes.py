@@ -272,6 +272,21 @@ def test_the_step_column_that_never_goes_back_is_the_step(tmp_path):
     assert sorted(parse_file(log).frame["step"].unique()) == [1, 2, 3, 4, 5, 6]
 
 
+def test_the_update_counter_is_the_step_when_every_step_column_starts_again(tmp_path):
+    # learn() called again and again, each call counting its iterations and timesteps from 0: only
+    # Stable-Baselines3's train/n_updates runs on (2,000 rows must not collapse onto two steps)
+    rows = "".join(f"{100 * (1 + i % 2)},{500 * (1 + i % 2)},{-1.38 + 0.0005 * i:.4f},{100 * i + 99}\n"
+                   for i in range(2000))
+    log = tmp_path / "progress.csv"
+    log.write_text("time/iterations,time/total_timesteps,train/entropy_loss,train/n_updates\n" + rows)
+    steps = parse_file(log).frame["step"]
+    assert steps.nunique() == 2000 and steps.min() == 99 and steps.max() == 199999
+    # an update counter that goes back too leaves the first step key (a resumed run) as before
+    log.write_text("time/iterations,time/total_timesteps,train/entropy_loss,train/n_updates\n"
+                   + "".join(f"{1 + i % 3},{500 * (1 + i % 3)},-1.0,{i % 3}\n" for i in range(9)))
+    assert sorted(parse_file(log).frame["step"].unique()) == [1, 2, 3]
+
+
 def test_bar_redraws_with_terminal_controls_do_not_hide_the_records_after_them(tmp_path):
     # tqdm's nested bars end each redraw with ESC[A: 400 such lines before the first logged dict
     bars = "".join(f" {i % 100:2d}%|██▎       | {i % 13}/13 [00:00<00:02,  4.23it/s]\x1b[A\n" for i in range(420))

@@ -26,6 +26,8 @@ thresholds(
     vanishing_fraction=(1e-3, "grad norm below this share of its usual level: no effective update"),
     vanishing_min_records=(5, "records the grad norm stays ~0 (or the loss repeats) before it counts"),
     lr_decayed_share=(0.01, "an lr this small a share of its peak before it reads 0: the schedule's end"),
+    floor_tolerance=(0.005, "a reward within this share of its lowest value (of its size) is at it: a time-out "
+                            "penalty of -30 with a few -29.95"),
     usual_zero_share=(0.5, "grad norms ~0 on more records than this: zero is the run's usual value"),
     empty_update_share=(0.8, "RL updates with a loss exactly 0 on this share of records: nothing is learned"),
     same_value=(1e-6, "relative agreement at which two printed losses are the same number"),
@@ -62,7 +64,7 @@ RULES = declare(VANISHING_GRADIENT, {
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
                "loss_zero_throughout": ("vanishing_min_records",),
                "updates_empty": ("empty_update_share", "vanishing_min_records"),
-               "reward_at_floor": ("empty_update_share", "vanishing_min_records"),
+               "reward_at_floor": ("empty_update_share", "vanishing_min_records", "floor_tolerance"),
                "groups_all_equal": ("empty_update_share", "vanishing_min_records")})
 
 
@@ -221,8 +223,8 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
       score nothing; a run whose groups all score full marks has converged instead);
     - the mean reward at exactly its lowest value on at least ``empty_update_share`` of the records
       of each quarter of the run (every sample of every group scored the floor: no advantage, no
-      update). A reward at one value in every record may never have been computed (LABELS.md "Data
-      before signals") and is left alone.
+      update). A reward at one value other than 0 in every record counts (the run never saw
+      anything else); 0 in every record was never computed (LABELS.md "Data before signals").
     Scattered zeros are normal."""
     if not run.is_rl:
         return []
@@ -249,16 +251,18 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     name, s = reward
     s = s[np.isfinite(s.to_numpy())]
     r = s.to_numpy(dtype=float)
-    if r.size < 2 * cfg.vanishing_min_records or r.min() == r.max():
-        return []
-    floor = r == r.min()
+    if r.size < 2 * cfg.vanishing_min_records or (r.min() == r.max() == 0):
+        return []  # 0 in every record: never computed (LABELS.md "Data before signals")
+    # at its lowest value: exactly, or to ``floor_tolerance`` of it (a time-out penalty of -30 every
+    # episode, a few -29.95 where an agent touched something)
+    floor = r <= r.min() + cfg.floor_tolerance * abs(float(r.min()))
     q = quarter_count(r.size)
     shares = [float(part.mean()) for part in np.array_split(floor, 4)]
     if min(shares) < cfg.empty_update_share:  # in every quarter: a reward that rose for a while and fell back collapsed
         return []
     first = int(s.index[0])
     return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "reward_at_floor",
-                    f"{name} is exactly its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
+                    f"{name} is at its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
                     f"records from step {first} (last {q}: {int(floor[-q:].sum())}): every sample of the groups "
                     f"scored the same, so no update has anything to learn from")]
 

@@ -20,7 +20,7 @@ import re
 import numpy as np
 
 from moeproxy.errors import InputError
-from moeproxy.vocabulary import COUNTER_KEYS, STEP_KEYS
+from moeproxy.vocabulary import COUNTER_KEYS, STEP_KEYS, UPDATE_COUNTER_KEYS
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
@@ -40,7 +40,8 @@ def _step_column(columns: list[str], df=None) -> tuple[str | None, list[int | No
     With the table: of several step columns, the first whose counter never goes back (LABELS.md: the
     step is the counter the run's progress is reported in; Stable-Baselines3's ``time/iterations``
     starts again at each ``learn()`` call while ``time/total_timesteps`` runs on); when every one
-    goes back (a resumed run), the first. Returns the column and its steps (``_steps``; None without
+    goes back (a resumed run), an update counter (``UPDATE_COUNTER_KEYS``) that rises row after row,
+    else the first. Returns the column and its steps (``_steps``; None without
     the table)."""
     lower = {}
     for c in columns:
@@ -61,7 +62,15 @@ def _step_column(columns: list[str], df=None) -> tuple[str | None, list[int | No
         counted = [s for s in parsed[column] if s is not None]
         if all(b >= a for a, b in zip(counted, counted[1:])):
             return column, parsed[column]
-    return present[0], parsed.get(present[0]) or _steps(df[present[0]])
+    first = parsed.get(present[0]) or _steps(df[present[0]])
+    counted = [s for s in first if s is not None]
+    if any(b < a for a, b in zip(counted, counted[1:])):
+        # the step key starts again: an update counter that never goes back is the run's progress
+        for column in (lower[k] for k in UPDATE_COUNTER_KEYS if k in lower):
+            steps = _steps(df[column])
+            if all(s is not None for s in steps) and all(b > a for a, b in zip(steps, steps[1:])):
+                return column, steps
+    return present[0], first
 
 
 def _without_comment_lines(text: str) -> str:
