@@ -75,6 +75,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "environment/cumulative reward",
         # ML-Agents' POCA trainer: the team's reward (each agent's own Cumulative Reward reads 0)
         "environment/group cumulative reward",
+        # CleanRL's return of each finished episode; the on-policy MAPPO code's mean episode reward
+        "charts/episodic_return", "episodic_return", "average_episode_rewards",
     ),
     "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
     "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal

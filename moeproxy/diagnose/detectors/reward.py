@@ -32,17 +32,27 @@ thresholds(
     reward_stays_min=(5, "... at least this many records"),
     eval_drop_share=(0.4, "an evaluation score that loses this share of its early level for good"),
     eval_min_drop=(0.1, "... and at least this much (scores in [0, 1]): a reward collapse"),
+    slide_share=(0.1, "a reward that slides down for good from its peak: gives back at least this share of its gain "
+                      "and of its peak's size"),
+    slide_widths=(10.0, "... by at least this many noise widths of the levels compared"),
+    slide_trend=(0.3, "... falling steadily: the rank correlation of its records from the peak on with time is "
+                      "this far below 0"),
+    slide_span=(0.2, "... over at least this share of the run's records"),
+    slide_bar=(0.5, "... dated where it stays below its peak less this share of the drop"),
 )
 
 RULES = declare(REWARD_COLLAPSE, {
     "reward_drop": "the reward falls by at least half its gain and stays down",
     "reward_below_peak": "the reward falls well below its peak and stays there",
     "eval_reward_drop": "an evaluation accuracy/reward falls by at least half its level and stays down",
-}, damage=("reward_drop", "reward_below_peak", "eval_reward_drop"),
+    "reward_slide": "the reward slides down steadily from its peak to the end, many noise widths",
+}, damage=("reward_drop", "reward_below_peak", "eval_reward_drop", "reward_slide"),
    thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths", "reward_stays_share",
                                "reward_stays_near", "reward_stays_window", "reward_stays_min"),
                "reward_below_peak": ("reward_drop_fraction", "reward_stays_share", "reward_stays_near",
-                                     "reward_stays_window", "reward_stays_min"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop")})
+                                     "reward_stays_window", "reward_stays_min"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop"),
+               "reward_slide": ("slide_share", "slide_widths", "slide_trend", "slide_span", "slide_bar",
+                                "reward_stays_share", "reward_stays_near", "reward_stays_window", "reward_stays_min")})
 
 
 # a success rate (``TestSuccess``, ``rollout/success_rate``, ``is_success``), not a count of successes
@@ -150,7 +160,47 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
                             f"{_rise_then(name, r, onset)} and stayed below the threshold "
                             f"{fmt(peak - need / 2)} (halfway down from its peak rolling median {fmt(peak)}, at "
                             f"step {int(r.index[peak_i])}); {ev.median_of(ev.tail(r))}")]
-    return []
+    hit = _slide(name, r, cfg)
+    return [hit] if hit is not None else []
+
+
+def _slide(name: str, r: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md "the reward falls from its level and stays down ... several noise widths": a reward
+    that slides down steadily from its peak (its tenth-of-the-run rolling median) over ``slide_span``
+    of the run or more, to a last tenth ``slide_widths`` noise widths below the peak and ``slide_share``
+    of both its gain and its size lower, without the half-of-the-gain fall the other rules need. Dated at
+    the first record from which it stays below the peak less ``slide_bar`` of the drop."""
+    vals = r.to_numpy(dtype=float)
+    n = vals.size
+    if n < 20:
+        return None
+    w = max(3, n // 10)
+    smooth = pd.Series(vals).rolling(w, center=True, min_periods=max(2, w // 2)).median().to_numpy()
+    peak_i = int(np.nanargmax(smooth[: int(0.9 * n)]))
+    peak, start, final = float(smooth[peak_i]), head_level(vals, share=0.05), tail_level(vals)
+    after = vals[peak_i:]
+    if after.size < cfg.slide_span * n:
+        return None
+    drop = peak - final
+    diffs = np.diff(vals)
+    noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2)
+    width = noise * np.sqrt(2 / w)
+    if not (drop > 0 and drop >= cfg.slide_widths * width and drop >= cfg.slide_share * abs(peak)
+            and drop >= cfg.slide_share * (peak - start)):
+        return None
+    trend = float(np.corrcoef(np.arange(after.size), pd.Series(after).rank().to_numpy())[0, 1])
+    if not trend <= -cfg.slide_trend:
+        return None
+    low = after < peak - cfg.slide_bar * drop
+    stays = _stays_below(low, cfg)
+    if not stays.size:
+        return None
+    onset = int(r.index[peak_i + int(stays[0])])
+    return Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_slide",
+                   f"{name} slid down from its peak rolling median {fmt(peak)} (step {int(r.index[peak_i])}) to "
+                   f"{ev.median_of(ev.tail(r))}: {fmt(drop / width)} noise widths, {100 * drop / abs(peak):.0f} % of "
+                   f"its size, falling steadily (rank correlation with time {trend:.2f}); below "
+                   f"{fmt(peak - cfg.slide_bar * drop)} from {ev.rec(r, onset)} on")
 
 
 def _stays_below(low: np.ndarray, cfg: DiagnoseConfig | None = None) -> np.ndarray:

@@ -1,0 +1,43 @@
+"""Readings blind30's misses asked for, on made-up logs of the shape: a reward that slides down
+steadily from its peak for good, giving back a fifth of its level but not half of its gain; the
+return of CleanRL (``charts/episodic_return``) and of the on-policy MAPPO code
+(``average_episode_rewards``) is the reward."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose import diagnose_series
+from moeproxy.ingest.names import canonical_of
+
+
+def _rise_then_slide(n: int = 200, noise: float = 8.0, slide: float = 600.0, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    up = np.linspace(20, 3000, 60)
+    flat = np.full(40, 3000.0)
+    down = np.linspace(3000, 3000 - slide, n - 100)
+    return np.concatenate([up, flat, down]) + rng.normal(0, noise, n)
+
+
+def test_a_reward_that_slides_down_steadily_for_good_collapsed():
+    res = diagnose_series({"reward_mean": _rise_then_slide()})
+    assert res["verdict"] == "reward_collapse", res["findings"][:2]
+    hit = res["findings"][0]
+    assert hit["rule"] == "reward_slide" and 100 <= hit["onset_step"] <= 199, hit
+    assert "noise widths" in hit["evidence"] and "rank correlation" in hit["evidence"]
+
+
+def test_a_level_noisy_reward_or_a_small_sag_is_no_slide():
+    # the same run whose reward holds its level (noisy) after the rise, and one that sags 3 %
+    level = _rise_then_slide(slide=0.0, noise=60.0)
+    assert diagnose_series({"reward_mean": level})["verdict"] == "healthy"
+    sag = _rise_then_slide(slide=90.0)
+    assert not any(f["rule"] == "reward_slide" for f in diagnose_series({"reward_mean": sag})["findings"])
+    # a reward that dips and climbs back above its old peak is no slide either
+    back = np.concatenate([_rise_then_slide(n=150), np.linspace(2700, 3200, 50)])
+    assert not any(f["rule"] == "reward_slide" for f in diagnose_series({"reward_mean": back})["findings"])
+
+
+def test_cleanrl_and_mappo_returns_are_the_reward():
+    assert canonical_of("charts/episodic_return")[0] == "reward_mean"
+    assert canonical_of("average_episode_rewards")[0] == "reward_mean"
