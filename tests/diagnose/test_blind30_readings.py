@@ -41,3 +41,29 @@ def test_a_level_noisy_reward_or_a_small_sag_is_no_slide():
 def test_cleanrl_and_mappo_returns_are_the_reward():
     assert canonical_of("charts/episodic_return")[0] == "reward_mean"
     assert canonical_of("average_episode_rewards")[0] == "reward_mean"
+
+
+def _legged(std: np.ndarray, seed: int = 6) -> dict:
+    rng = np.random.default_rng(seed)
+    n = len(std)
+    reward = np.concatenate([np.linspace(0, 12, n // 3), np.full(n - n // 3, 12.0)]) + rng.normal(0, 0.3, n)
+    return {"Policy/mean_noise_std": dict(enumerate(std)), "Train/mean_reward": dict(enumerate(reward)),
+            "Loss/value_function": dict(enumerate(np.abs(rng.normal(0.01, 0.002, n))))}
+
+
+def test_an_action_std_that_climbs_for_good_is_a_policy_blow_up():
+    # rsl_rl logs the Gaussian policy's std, no entropy: x7 and still climbing
+    rng = np.random.default_rng(7)
+    std = np.exp(np.linspace(0, np.log(7.0), 500)) * (1 + rng.normal(0, 0.003, 500))
+    res = diagnose_series(_legged(std))
+    assert res["verdict"] == "divergence", res["findings"][:2]
+    hit = res["findings"][0]
+    assert hit["rule"] == "action_std_blowup" and hit["onset_step"] < 40, hit
+
+
+def test_a_std_that_falls_as_the_policy_learns_or_rises_a_little_is_no_blow_up():
+    rng = np.random.default_rng(8)
+    falls = np.exp(np.linspace(0, np.log(0.3), 500)) * (1 + rng.normal(0, 0.003, 500))
+    assert diagnose_series(_legged(falls))["verdict"] == "healthy"
+    rises = np.linspace(1.0, 1.6, 500) * (1 + rng.normal(0, 0.003, 500))   # x1.6: under x2.5
+    assert not any(f["rule"] == "action_std_blowup" for f in diagnose_series(_legged(rises))["findings"])

@@ -11,7 +11,10 @@ entropy blow-up (doubling and staying up, which often precedes a NaN collapse), 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pandas as pd
 
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
@@ -29,6 +32,11 @@ thresholds(
     entropy_stall_share=(0.1, "a reward that gains at most this share of its whole rise once the entropy "
                               "collapsed has stalled (LABELS.md: 'reward flat or falling after')"),
     entropy_stall_span=(0.25, "... over at least this share of the run's records"),
+    std_blowup_factor=(2.5, "a Gaussian policy's action std this many times its start, at the end, climbing: the "
+                            "policy blew up toward random actions (its entropy grows with the std's log)"),
+    std_climb_trend=(0.5, "... rising steadily: its rank correlation with time over the run at least this"),
+    std_onset_factor=(1.1, "... dated where it stays above this many times its start (a tenth up: visible, as the "
+                           "std of a policy that learns falls from its start)"),
     entropy_rise_share=(0.1, "an entropy rise that came back counts as lasting only if it held over this share "
                              "of the run's records (shorter: an exploration burst the policy sharpened back from)"),
 )
@@ -36,8 +44,10 @@ thresholds(
 RULES = declare(DIVERGENCE, {
     "entropy_blowup": "policy entropy x3 or more and staying: the policy blew up toward uniform output",
     "entropy_rise": "policy entropy doubled and staying (a warning)",
-}, damage=("entropy_blowup",), thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_rise_share",
-                                                                            "spike_recover_records")})
+    "action_std_blowup": "a Gaussian policy's action std climbing to x2.5 or more of its start: the policy blew up",
+}, damage=("entropy_blowup", "action_std_blowup"),
+   thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_rise_share", "spike_recover_records"),
+               "action_std_blowup": ("std_blowup_factor", "std_climb_trend", "std_onset_factor")})
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
@@ -112,13 +122,48 @@ def _levels(s) -> str:
             f"{ev.median_of(ev.tail(s))}")
 
 
+# a Gaussian policy's action std: rsl_rl's (legged_gym) ``Policy/mean_noise_std``, Stable-Baselines3's
+# ``train/std``, and the like; never a reward's, return's or advantage's spread
+ACTION_STD = re.compile(r"(?:^|/)(?:mean_noise_std|noise_std|action_std|policy_std)$|^train/std$",
+                        re.IGNORECASE)
+
+
+def _action_std_blowup(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md "entropy explodes toward uniform output", read on a continuous policy's action std
+    where no entropy is logged: the std ends ``std_blowup_factor`` times its first records' level or
+    more, at its highest, having climbed steadily (rank correlation with time ``std_climb_trend``);
+    dated at the first record from which it stays above ``std_onset_factor`` times its start."""
+    for name, s in run.matching(lambda n: ACTION_STD.search(n) is not None):
+        s = s[np.isfinite(s.to_numpy())]
+        vals = s.to_numpy(dtype=float)
+        if len(vals) <= cfg.min_history or not (vals > 0).all():
+            continue
+        start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
+        if end < cfg.std_blowup_factor * start or end < 0.8 * float(np.max(vals)):
+            continue
+        trend = float(np.corrcoef(np.arange(len(vals)), pd.Series(vals).rank().to_numpy())[0, 1])
+        if trend < cfg.std_climb_trend:
+            continue
+        high = vals > cfg.std_onset_factor * start
+        stays = np.flatnonzero(high & (np.cumsum(high[::-1])[::-1] >= 0.95 * np.arange(len(high), 0, -1)))
+        if not stays.size:
+            continue
+        onset = int(s.index[stays[0]])
+        return Finding(DIVERGENCE, onset, CRITICAL, name, "action_std_blowup",
+                       f"{name} climbed {ev.move(s, onset)} and kept climbing; {_levels(s)} "
+                       f"({fmt(end / start)}x, rank correlation with time {trend:.2f}): the policy's actions "
+                       f"spread toward random ones")
+    return None
+
+
 # registered before entropy_collapse: a run's findings keep the order they had when one detector
 # reported both (both fire on one run only when a blow-up came back and the entropy then collapsed)
 @register_detector("entropy_blowup", "policy entropy doubling (x3: critical) and staying up: divergence")
 def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     got = _entropy(run, cfg)
     if got is None:
-        return []
+        hit = _action_std_blowup(run, cfg)
+        return [hit] if hit is not None else []
     name, s, start, end = got
     if not start > 0:
         return []
