@@ -290,7 +290,32 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
         # every agent's own Cumulative Reward as 0 and the team's in its Group Cumulative Reward):
         # the next of the reward's names the run logs, with numbers in it, is the reward
         out.aliases["reward_mean"] = reading.read_as["reward_mean"] = reward
+    elif out.resolve_reward() is None and (reward := _reward_by_name(out)):
+        # no framework name for the reward, but one metric the run names as its reward or return
+        # (``training_reward.avg``, ``Train/mean_reward``): it is the reward
+        out.aliases["reward_mean"] = reading.read_as["reward_mean"] = reward
     return out, reading
+
+
+_REWARD_WORDS = frozenset({"reward", "rewards", "return", "returns", "ret"})
+# words that make a reward-named metric something else: its spread or extremes, an evaluation's, a
+# model's estimate of it, a loss, a shaping part (a bonus, an intrinsic or a penalty term)
+_NOT_REWARD_WORDS = frozenset({"std", "stddev", "var", "min", "max", "best", "eval", "evaluation", "val",
+                               "test", "value", "values", "estimate", "pred", "predicted", "loss", "penalty",
+                               "bonus", "intrinsic", "curiosity", "rnd", "gail", "model", "critic", "baseline",
+                               "norm", "normalized", "target", "adv", "advantage", "advantages", "to", "go"})
+
+
+def _reward_by_name(run: RunSeries) -> str | None:
+    """The one metric whose words name a reward or return and nothing that makes it another thing
+    (copies of it under other names count once); None when none or several."""
+    found: list[str] = []
+    for name in sorted(run.names):
+        words = {w.lower() for w in _WORDS.findall(name)}
+        if words & _REWARD_WORDS and not words & _NOT_REWARD_WORDS:
+            if not any(run.get(name).equals(run.get(other)) for other in found):
+                found.append(name)
+    return found[0] if len(found) == 1 else None
 
 
 def _next_reward_alias(names: list[str]) -> str | None:

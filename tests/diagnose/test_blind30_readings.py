@@ -67,3 +67,17 @@ def test_a_std_that_falls_as_the_policy_learns_or_rises_a_little_is_no_blow_up()
     assert diagnose_series(_legged(falls))["verdict"] == "healthy"
     rises = np.linspace(1.0, 1.6, 500) * (1 + rng.normal(0, 0.003, 500))   # x1.6: under x2.5
     assert not any(f["rule"] == "action_std_blowup" for f in diagnose_series(_legged(rises))["findings"])
+
+
+def test_a_metric_the_run_names_as_its_reward_is_the_reward_when_no_framework_name_is():
+    # a DQN whose return is logged as ``training_reward.avg``: an RL run, so its TD loss rising with
+    # the returns is no supervised loss's divergence
+    rng = np.random.default_rng(9)
+    n = 300
+    reward = np.concatenate([np.full(50, -19.0), np.linspace(-19, 16, 150), np.full(100, 16.0)]) + rng.normal(0, 1, n)
+    loss = np.concatenate([np.full(60, 0.0017), np.full(120, 0.005), np.full(120, 0.0008)]) * np.exp(rng.normal(0, 0.1, n))
+    res = diagnose_series({"training_reward.avg": reward, "training_reward.max": reward + 3, "loss": loss})
+    assert res["data"].get("read_as") == {"reward_mean": "training_reward.avg"}, res["data"]
+    # two different reward-named metrics leave it open
+    res = diagnose_series({"reward_a.avg": reward, "reward_b.avg": -reward, "loss": loss})
+    assert "reward_mean" not in (res["data"].get("read_as") or {})
