@@ -11,6 +11,8 @@ scripts dump their history (Keras' ``history.history``, ``{"history": {"steps": 
   a name holding one with a prefix (``val_steps``), else an epoch or episode counter (``episodes``);
   else the position is the step. A column with a counter of its own beside it (sacred / PyMARL's
   ``return_mean`` and ``return_mean_T``) is read at those steps.
+- A list of records under a key (``"iql_history": [{"epoch": 1, "q_loss": 7.9}, ...]``) is a table too:
+  its fields are its columns.
 - NumPy scalars as jsonpickle wrote them (``{"py/object": "numpy.float64", "value": 1.41}``) are
   their values.
 - A list named in the plural holds one metric: ``train_losses`` is stored as ``train_loss``,
@@ -33,7 +35,11 @@ from moeproxy.vocabulary import COUNTER_KEYS, STEP_KEYS
 
 MIN_LENGTH = 3
 MAX_DEPTH = 3
-COLUMN_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*(?:-?\d|NaN|-?Infinity|null)')
+RECORDS_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*\{\s*"[^"\n]{1,100}"\s*:\s*-?\d')
+# a list of numbers, of jsonpickle's NumPy scalars (sacred's pretty-printed info.json), or of records
+# whose first field is a number (``"iql_history": [{"epoch": 1, "q_loss": ...}, ...]``)
+COLUMN_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*(?:-?\d|NaN|-?Infinity|null|'
+                          rb'\{\s*"(?:dtype|py/object)"|\{\s*"[^"\n]{1,100}"\s*:\s*-?\d)')
 
 
 def _is_number(x) -> bool:
@@ -58,6 +64,16 @@ def _columns(obj: dict) -> dict[str, list]:
     return out
 
 
+def _record_columns(records: list) -> dict[str, list]:
+    """A list of records (objects of numbers: ``[{"epoch": 1, "q_loss": 7.9}, ...]``) as columns, a
+    field missing from a record read as not logged there; {} when it is no such list."""
+    if len(records) < MIN_LENGTH or not all(isinstance(r, dict) for r in records):
+        return {}
+    fields = list(dict.fromkeys(k for r in records for k, x in r.items() if _is_number(_plain(x))))
+    columns = {f: [_plain(r.get(f)) for r in records] for f in fields}
+    return {f: v for f, v in columns.items() if all(_is_number(x) for x in v) and any(x is not None for x in v)}
+
+
 OWN_COUNTER = "_T"  # sacred / PyMARL: ``return_mean`` holds the values, ``return_mean_T`` the t_env of each
 
 
@@ -67,7 +83,7 @@ def _best_object(doc, depth: int = 0) -> dict[str, list]:
         return {}
     best = _columns(doc)
     for value in doc.values():
-        inner = _best_object(value, depth + 1)
+        inner = _record_columns(value) if isinstance(value, list) else _best_object(value, depth + 1)
         if sum(map(len, inner.values())) > sum(map(len, best.values())):
             best = inner
     return best
@@ -159,7 +175,7 @@ def sniff_json_columns(src: SourceFile) -> float:
     if not head.startswith(b"{"):
         return 0.0
     window = head[:65536]
-    starts = len(COLUMN_START.findall(window))
+    starts = len(COLUMN_START.findall(window)) + len(RECORDS_START.findall(window))  # a record list: a table
     # two columns begin in the window; or one whose numbers fill it, on one line (a keras-rl log's
     # first column of 3,598 values is longer than the window; JSONL records are short lines)
     return 0.5 if starts >= 2 or (starts == 1 and len(window) == 65536 and b"\n" not in window) else 0.0
