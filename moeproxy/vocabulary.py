@@ -52,7 +52,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "actor/kl_loss", "kl", "actor/reward_kl_penalty", "train/kl_loss", "kl_penalty", "objective/kl",
         "kl_loss", "kl_div", "kl_divergence", "mean_kl",
     ),
-    "ppo_kl": ("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg", "approx_kl"),
+    "ppo_kl": ("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg", "approx_kl",
+               "info/kl"),  # rl_games (IsaacGymEnvs): the new-vs-old KL of each epoch's updates
     "clipfrac": (
         "actor/pg_clipfrac", "clip_ratio/region_mean", "ppo_clip_ratio", "train/pg_clipfrac",
         "policy/clipfrac_avg", "clipfrac", "clip_fraction",

@@ -37,3 +37,10 @@ def test_a_list_of_epoch_records_under_a_key_is_a_table(tmp_path):
     q = frame[frame.metric == "q_loss"].set_index("step")["value"]
     assert list(q.index[:3]) == [1, 2, 3] and q.loc[40] == 7.9 * 40
     assert "avg_return" not in set(frame.metric)  # a summary number beside the records is no record
+
+
+def test_rl_games_info_kl_is_the_new_vs_old_kl():
+    from moeproxy.ingest.names import canonical_of
+
+    # rl_games (IsaacGymEnvs) logs PPO's new-vs-old KL of each epoch as info/kl: not a KL to a reference
+    assert canonical_of("info/kl")[0] == "ppo_kl"

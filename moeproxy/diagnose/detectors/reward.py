@@ -30,6 +30,7 @@ thresholds(
                             "came back from is not where it fell for good"),
     reward_stays_window=(0.05, "... those records: this share of the run (a twentieth), at least reward_stays_min"),
     reward_stays_min=(5, "... at least this many records"),
+    reward_smooth_records=(9, "the reward's level: a rolling median over this many records (a tenth of the run at most)"),
     eval_drop_share=(0.4, "an evaluation score that loses this share of its early level for good"),
     eval_min_drop=(0.1, "... and at least this much (scores in [0, 1]): a reward collapse"),
     slide_share=(0.1, "a reward that slides down for good from its peak: gives back at least this share of its gain "
@@ -47,9 +48,9 @@ RULES = declare(REWARD_COLLAPSE, {
     "eval_reward_drop": "an evaluation accuracy/reward falls by at least half its level and stays down",
     "reward_slide": "the reward slides down steadily from its peak to the end, many noise widths",
 }, damage=("reward_drop", "reward_below_peak", "eval_reward_drop", "reward_slide"),
-   thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths", "reward_stays_share",
+   thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths", "reward_smooth_records", "reward_stays_share",
                                "reward_stays_near", "reward_stays_window", "reward_stays_min"),
-               "reward_below_peak": ("reward_drop_fraction", "reward_stays_share", "reward_stays_near",
+               "reward_below_peak": ("reward_drop_fraction", "reward_smooth_records", "reward_stays_share", "reward_stays_near",
                                      "reward_stays_window", "reward_stays_min"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop"),
                "reward_slide": ("slide_share", "slide_widths", "slide_trend", "slide_span", "slide_bar",
                                 "reward_stays_share", "reward_stays_near", "reward_stays_window", "reward_stays_min")})
@@ -118,7 +119,8 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     if len(r) <= cfg.min_history + 1:
         return []
     vals = r.to_numpy()
-    smooth = r.rolling(max(3, min(9, len(r) // 10)), min_periods=1, center=True).median().to_numpy()
+    smooth = r.rolling(max(3, min(int(cfg.reward_smooth_records), len(r) // 10)), min_periods=1,
+                       center=True).median().to_numpy()
     start = head_level(vals, share=0.05)
     peak_i = int(np.argmax(smooth))
     peak = float(smooth[peak_i])
