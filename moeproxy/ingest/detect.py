@@ -50,13 +50,22 @@ def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
     other than ``exclude``: the records' format when a preamble's lines (a config dump of dicts)
     looked like another's."""
     found: list[LogFormat] = []
+    same = 0  # windows in a row, since the first find, whose format was one already seen
     for _ in src.sniff_windows():
         best = _best(src, text_only=True)
         if best is not None and best[1] is not exclude and best[1] not in found:
             found.append(best[1])
+            same = 0
             if len(found) >= 2:
                 break
+        elif found and best is not None:
+            same += 1
+            if same >= SAME_WINDOWS:  # the file goes on in a format already seen: no other to look for
+                break
     return found
+
+
+SAME_WINDOWS = 4
 
 
 def _best(src: SourceFile, text_only: bool = False) -> tuple[float, LogFormat] | None:
