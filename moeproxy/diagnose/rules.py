@@ -65,7 +65,6 @@ class Rule:
     symptom_of: tuple[str, ...] = ()
     chain: float | None = None
     thresholds: tuple[str, ...] = ()
-    never_learned: bool = False  # the run never learned from its first record: competes with the main categories
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES or self.category == HEALTHY:
@@ -84,8 +83,7 @@ def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...
             spike: tuple[str, ...] = (), damage: tuple[str, ...] = (),
             symptom_of: dict[str, tuple[str, ...]] | None = None,
             chain: dict[str, float] | None = None,
-            thresholds: dict[str, tuple[str, ...]] | None = None,
-            never_learned: tuple[str, ...] = ()) -> dict[str, Rule]:
+            thresholds: dict[str, tuple[str, ...]] | None = None) -> dict[str, Rule]:
     """Declare a detector's rules: ``measures`` maps each rule name to what it measures; the
     keyword tuples name the rules that have that property."""
     out = {}
@@ -93,7 +91,7 @@ def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...
         rule = Rule(name, category, what, decisive=name in decisive, spike=name in spike,
                     damage=name in damage, symptom_of=(symptom_of or {}).get(name, ()),
                     chain=(chain or {}).get(name),
-                    thresholds=(thresholds or {}).get(name, ()), never_learned=name in never_learned)
+                    thresholds=(thresholds or {}).get(name, ()))
         RULES.add(name, rule)
         out[name] = rule
     return out

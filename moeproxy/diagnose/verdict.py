@@ -70,17 +70,16 @@ def lasting(findings: list[Finding]) -> list[Finding]:
 
 def candidates(findings: list[Finding], tie: float = 0.0) -> list[Finding]:
     """The lasting findings that compete for the root cause: those of the main categories; the
-    secondary ones (a length change, a vanished gradient) only when no main category lasted (a
-    response length that runs away or collapses is how a reward collapse or a blow-up shows), or,
-    for a rule that reads a run that never learned (``Rule.never_learned``), when it starts before
-    every main one by more than ``tie`` (LABELS.md: the earliest lasting anomaly is the root cause)."""
+    secondary ones (a length change, a vanished gradient, a run that never learned) only when no
+    main category lasted: a response length that runs away or collapses is how a reward collapse or
+    a blow-up shows, and a reward that never moved beside an entropy that collapsed is the collapse
+    (LABELS.md's chain ends in the vanishing gradient; raters of MountainCar runs stuck at -200 whose
+    entropy fell to nothing name the entropy collapse)."""
     pool = lasting(findings)
     main = [f for f in pool if f.category in MAIN_CATEGORIES]
     if not main:
         return pool
-    first = min(f.onset_step for f in main)
-    return main + [f for f in pool if f.category not in MAIN_CATEGORIES and f.onset_step < first - tie
-                   and rule_of(f.rule, f.category).never_learned]
+    return main
 
 
 def causal_choice(findings: list[Finding], tie: float) -> Finding | None:
