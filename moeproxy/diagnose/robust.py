@@ -222,6 +222,24 @@ def diff_noise(values: np.ndarray) -> float:
     return float(np.median(np.abs(np.diff(values)))) * 1.4826 / np.sqrt(2)
 
 
+def rank_trend(values: np.ndarray) -> float:
+    """How steadily a series moves with time: the rank (Spearman) correlation of its values with
+    their order, from -1 (falling at every record) to 1 (rising at every record)."""
+    import pandas as pd
+
+    v = np.asarray(values, dtype=float)
+    if v.size < 3 or np.ptp(v) == 0:
+        return 0.0
+    return float(np.corrcoef(np.arange(v.size), pd.Series(v).rank().to_numpy())[0, 1])
+
+
+def holds_from(mask: np.ndarray, share: float) -> np.ndarray:
+    """Positions where ``mask`` holds and goes on holding for at least ``share`` of the records from
+    there to the end (a level crossed for good, lone records back across it allowed)."""
+    m = np.asarray(mask, dtype=bool)
+    return np.flatnonzero(m & (np.cumsum(m[::-1])[::-1] >= share * np.arange(m.size, 0, -1)))
+
+
 def edge_count(n: int, share: float = 0.1, minimum: int = 3) -> int:
     """How many records a start or end level takes of ``n``: ``share`` of them, at least ``minimum``
     (the one rule the levels and the evidence that quotes them share)."""

@@ -14,12 +14,11 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, head_level, tail_level
+from moeproxy.diagnose.robust import fmt, head_level, holds_from, rank_trend, tail_level
 from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, WARNING, Finding
@@ -37,6 +36,7 @@ thresholds(
     std_climb_trend=(0.5, "... rising steadily: its rank correlation with time over the run at least this"),
     std_onset_factor=(1.1, "... dated where it stays above this many times its start (a tenth up: visible, as the "
                            "std of a policy that learns falls from its start)"),
+    std_stays_share=(0.95, "... and above it for this share of the records from there on"),
     entropy_rise_share=(0.1, "an entropy rise that came back counts as lasting only if it held over this share "
                              "of the run's records (shorter: an exploration burst the policy sharpened back from)"),
 )
@@ -47,7 +47,7 @@ RULES = declare(DIVERGENCE, {
     "action_std_blowup": "a Gaussian policy's action std climbing to x2.5 or more of its start: the policy blew up",
 }, damage=("entropy_blowup", "action_std_blowup"),
    thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_rise_share", "spike_recover_records"),
-               "action_std_blowup": ("std_blowup_factor", "std_climb_trend", "std_onset_factor")})
+               "action_std_blowup": ("std_blowup_factor", "std_climb_trend", "std_onset_factor", "std_stays_share")})
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
@@ -141,11 +141,10 @@ def _action_std_blowup(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
         start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
         if end < cfg.std_blowup_factor * start or end < 0.8 * float(np.max(vals)):
             continue
-        trend = float(np.corrcoef(np.arange(len(vals)), pd.Series(vals).rank().to_numpy())[0, 1])
+        trend = rank_trend(vals)
         if trend < cfg.std_climb_trend:
             continue
-        high = vals > cfg.std_onset_factor * start
-        stays = np.flatnonzero(high & (np.cumsum(high[::-1])[::-1] >= 0.95 * np.arange(len(high), 0, -1)))
+        stays = holds_from(vals > cfg.std_onset_factor * start, cfg.std_stays_share)
         if not stays.size:
             continue
         onset = int(s.index[stays[0]])

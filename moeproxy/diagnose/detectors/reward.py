@@ -16,7 +16,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, head_level, tail_level
+from moeproxy.diagnose.robust import fmt, head_level, rank_trend, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, REWARD_COLLAPSE, Finding
@@ -190,7 +190,7 @@ def _slide(name: str, r: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
     if not (drop > 0 and drop >= cfg.slide_widths * width and drop >= cfg.slide_share * abs(peak)
             and drop >= cfg.slide_share * (peak - start)):
         return None
-    trend = float(np.corrcoef(np.arange(after.size), pd.Series(after).rank().to_numpy())[0, 1])
+    trend = rank_trend(after)
     if not trend <= -cfg.slide_trend:
         return None
     low = after < peak - cfg.slide_bar * drop
