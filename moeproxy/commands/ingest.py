@@ -41,7 +41,8 @@ def run(args) -> int:
         summaries, results = ingest_and_diagnose(partial(open_store, args), args.paths, **options)
         for run, result in results.items():
             verdicts[run] = ({"error": result} if isinstance(result, str) else
-                             {k: result.get(k) for k in ("verdict", "onset_step", "confidence")})
+                             {k: result.get(k) for k in ("verdict", "onset_step", "onset_epoch", "onset_counters",
+                                                         "confidence")})
     else:
         summaries = ingest_paths(partial(open_store, args), args.paths, **options)
     # every file of a directory that was not ingested is named, with its reason, in both forms
@@ -56,11 +57,12 @@ def run(args) -> int:
             print(s.line())
         for f in summaries.skipped:
             print(f.line())
+        if verdicts:
+            from moeproxy.diagnose.render import verdict_line
         for run, v in verdicts.items():
             if "error" in v:
                 print(f"{shown(run)}: not diagnosed ({shown(v['error'])}); its data is stored")
             else:
-                onset = "" if v.get("onset_step") is None else f" from step {v['onset_step']}"
-                print(f"{shown(run)}: {v.get('verdict')}{onset} (confidence {v.get('confidence')})")
+                print(f"{shown(run)}: {verdict_line(v)} (confidence {v.get('confidence')})")
         print(f"database: {open_store(args).label}")
     return 0

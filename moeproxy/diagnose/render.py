@@ -15,18 +15,27 @@ from moeproxy.diagnose.taxonomy import HEALTHY
 _MARK = {"critical": "!!", "warning": " !", "info": " -"}
 
 
+def verdict_line(result: dict) -> str:
+    """"divergence from step 1800 (time/total_timesteps 9000)": the verdict and its onset, in the
+    log's step and, where it has them, its epochs and other counters; "healthy" alone."""
+    verdict, onset = result.get("verdict"), result.get("onset_step")
+    if verdict == HEALTHY or onset is None:
+        return str(verdict)
+    epoch = result.get("onset_epoch")
+    counters = ", ".join(f"{shown(n)} {v:g}" for n, v in (result.get("onset_counters") or {}).items())
+    return (f"{verdict} from step {onset}" + (f" (epoch {epoch:g})" if epoch is not None else "")
+            + (f" ({counters})" if counters else ""))
+
+
 def render_text(result: dict, run: str | None = None) -> str:
     """The verdict line, then one line per finding (severity, category, onset, metric, rule) with
     its evidence sentence indented below."""
     head = f"{shown(run)}: " if run else ""
-    verdict, onset = result["verdict"], result.get("onset_step")
+    verdict = result["verdict"]
     if verdict == HEALTHY:
         lines = [f"{head}healthy: no critical finding"]
     else:
-        epoch = result.get("onset_epoch")
-        counters = ", ".join(f"{shown(n)} {v:g}" for n, v in (result.get("onset_counters") or {}).items())
-        lines = [f"{head}{verdict} from step {onset}" + (f" (epoch {epoch:g})" if epoch is not None else "")
-                 + (f" ({counters})" if counters else "")]
+        lines = [f"{head}{verdict_line(result)}"]
     if result.get("confidence"):
         lines[0] += f" (confidence {result['confidence']}: {result.get('confidence_reason', '')})".replace(": )", ")")
     for alt in result.get("alternatives") or []:

@@ -78,6 +78,13 @@ def test_ingest_with_diagnose_records_each_new_run_and_prints_its_verdict(tmp_pa
     # a file already stored (a duplicate) has no new data: nothing to diagnose, nothing printed for it
     assert main(["ingest", "--diagnose", "--run", "again", "--db", str(db), str(log)]) == 0
     assert "again:" not in capsys.readouterr().out
+    # the onset in the log's other counters too, as `moeproxy diagnose` prints it (a Stable-Baselines3
+    # table's rollout step beside its environment steps)
+    rows = "".join(f"{i},{500 * i},{200.0 - (180.0 if i > 30 else 0.0) + (i % 3)}\n" for i in range(1, 61))
+    table = tmp_path / "progress.csv"
+    table.write_text("time/iterations,time/total_timesteps,rollout/ep_rew_mean\n" + rows)
+    assert main(["ingest", "--diagnose", "--run", "sb3", "--db", str(db), str(table)]) == 0
+    assert "sb3: reward_collapse from step 31 (time/total_timesteps 15500)" in capsys.readouterr().out
     # without --diagnose nothing is recorded
     assert main(["ingest", "--run", "third", "--db", str(db), str(FIXTURES / "megatron_fp16_warmup_healthy.log")]) == 0
     capsys.readouterr()
