@@ -40,18 +40,20 @@ MAX_COLUMNS = 512
 
 EMPHASIS = re.compile(r"^(\*\*|__|\*|_|`)(.*)\1$")
 OPEN_STEP = re.compile(r"^(\d+)\+$")  # ``91+``: this step and the ones after it
+THOUSANDS = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?")  # ``12,800``
 
 
 def _value(cell: str) -> float | None | str:
     """A number, None for an empty/placeholder cell, or the text (not a number). Markdown emphasis
     around a cell (``**NaN**``) is not part of it."""
-    m = EMPHASIS.match(cell.strip())
+    cell = cell.strip()
+    m = EMPHASIS.match(cell)
     if m:
-        cell = m.group(2)
-    m = OPEN_STEP.match(cell.strip())
+        cell = m.group(2).strip()
+    m = OPEN_STEP.match(cell)
     if m:
         return float(m.group(1))
-    c = cell.strip().replace(",", "") if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", cell.strip()) else cell.strip()
+    c = cell.replace(",", "") if THOUSANDS.fullmatch(cell) else cell
     if c in ("", "-", "—", "n/a", "N/A"):
         return None
     v = parse_number(c)
@@ -92,8 +94,13 @@ def _is_numeric_row(cells: list[str], allow_first_text: bool = False) -> bool:
     body = cells[1:] if allow_first_text else cells
     if not body:
         return False
-    values = [_arm_values(c) for c in body]
-    return all(v is not None for v in values) and any(x is not None for v in values for x in v)
+    seen = False  # a row of placeholders alone is no numeric row
+    for cell in body:  # the first cell that is no number settles it (most lines of a text log)
+        v = _arm_values(cell)
+        if v is None:
+            return False
+        seen = seen or any(x is not None for x in v)
+    return seen
 
 
 class _Block:
