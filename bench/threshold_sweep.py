@@ -5,7 +5,7 @@ on the older sets and checked on the newer ones.
                                     [--save FILE] [--against FILE]
 
 Each log is read once (``moeproxy diagnose FILE``'s reader) and its runs cached as pickled frames
-under the temp directory (keyed by path, size and mtime; ``--refresh`` rereads); each value is then
+under the temp directory (keyed by path, size, mtime and the readers' code; ``--refresh`` rereads); each value is then
 diagnosed on every log with that one threshold changed (``DiagnoseConfig(NAME=V)``). Printed per
 value: verdicts and onsets on the development sets (``collected``, ``shared`` and the blind sets
 before ``--held-out-from``), on the held-out sets (that one and every later blind set), and in all.
@@ -39,11 +39,22 @@ def _set_number(name: str) -> int:
     return (int(m.group(1)) if m.group(1) else 1) if m else -1
 
 
-def _cached_frames(path: Path, refresh: bool):
+def _readers_version() -> str:
+    """A digest of the readers' code (``moeproxy/ingest``, the vocabulary): a change to it makes every
+    cached reading stale."""
+    pkg = ROOT / "moeproxy"
+    digest = hashlib.sha1()
+    for f in sorted([*pkg.joinpath("ingest").rglob("*.py"), pkg / "vocabulary.py"]):
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def _cached_frames(path: Path, refresh: bool, version: str | None = None):
     from moeproxy.diagnose.record import load_runs
 
     st = path.stat()
-    key = hashlib.sha1(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
+    version = version or _readers_version()
+    key = hashlib.sha1(f"{path}:{st.st_size}:{st.st_mtime_ns}:{version}".encode()).hexdigest()
     cached = CACHE / f"{key}.pkl"
     if cached.is_file() and not refresh:
         return pickle.loads(cached.read_bytes())
@@ -103,11 +114,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     cases, items = [], []
     folders = sorted({p.parent for p in REAL.glob("*/labels*.json")})
+    version = _readers_version()
     for i, folder in enumerate(folders, 1):
         for entry in load_labels(folder):
             case = case_of(entry, folder.name)
             cases.append(case)
-            items.append((f"{folder.name}/{case.file}", _cached_frames(folder / entry["file"], args.refresh)))
+            items.append((f"{folder.name}/{case.file}", _cached_frames(folder / entry["file"], args.refresh, version)))
         print(f"\rread {i}/{len(folders)} sets, {len(items)} logs", end="", file=sys.stderr, flush=True)
     print(f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     held = {c.set for c in cases if _set_number(c.set) >= cut}

@@ -59,9 +59,19 @@ def causal_band(values: np.ndarray, window: int, min_history: int) -> tuple[np.n
     # noise caps it (the IQR ignores the jumps themselves)
     diffs = np.diff(values[np.isfinite(values)])
     if diffs.size >= 4:
-        whole = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / IQR_TO_SIGMA / np.sqrt(2.0)
-        local = np.fmin(local, 1.5 * whole)
+        local = np.fmin(local, 1.5 * iqr_noise(values))
     return med, local
+
+
+def iqr_noise(values: np.ndarray) -> float:
+    """The record-to-record noise sigma of a whole series: the interquartile range of its successive
+    differences (jumps themselves ignored), scaled to a normal sigma, over sqrt(2); 0 for fewer than
+    four differences."""
+    v = np.asarray(values, dtype=float)
+    diffs = np.diff(v[np.isfinite(v)])
+    if diffs.size < 4:
+        return 0.0
+    return float(np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / IQR_TO_SIGMA / np.sqrt(2.0)
 
 
 def _clinear_cost(y: np.ndarray, start: int, end: int) -> float:

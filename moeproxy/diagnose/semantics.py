@@ -283,8 +283,7 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
     reading.step_gap = out.step_gap
     if out.resolve("loss") is None and (loss := training_loss_by_name(out.names) or _sole_error_measure(out.names)):
         out.aliases["loss"] = reading.read_as["loss"] = loss
-    rewards = {a.lower() for a in ("reward_mean", *ALIASES["reward_mean"])}
-    if out.resolve("reward_mean") is None and any(n.lower() in rewards for n in reading.never_computed) \
+    if out.resolve("reward_mean") is None and any(n.lower() in _REWARD_ALIASES for n in reading.never_computed) \
             and (reward := _next_reward_alias(out.names)):
         # the reward under its first name was never computed (Unity ML-Agents' POCA trainer logs
         # every agent's own Cumulative Reward as 0 and the team's in its Group Cumulative Reward):
@@ -297,6 +296,7 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
     return out, reading
 
 
+_REWARD_ALIASES = frozenset(a.lower() for a in ("reward_mean", *ALIASES["reward_mean"]))
 _REWARD_WORDS = frozenset({"reward", "rewards", "return", "returns", "ret"})
 # words that make a reward-named metric something else: its spread or extremes, an evaluation's, a
 # model's estimate of it, a loss, a shaping part (a bonus, an intrinsic or a penalty term)

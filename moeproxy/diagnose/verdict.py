@@ -68,7 +68,7 @@ def lasting(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == CRITICAL and f.onset_step is not None]
 
 
-def candidates(findings: list[Finding], tie: float = 0.0) -> list[Finding]:
+def candidates(findings: list[Finding]) -> list[Finding]:
     """The lasting findings that compete for the root cause: those of the main categories; the
     secondary ones (a length change, a vanished gradient, a run that never learned) only when no
     main category lasted: a response length that runs away or collapses is how a reward collapse or
@@ -77,14 +77,12 @@ def candidates(findings: list[Finding], tie: float = 0.0) -> list[Finding]:
     entropy fell to nothing name the entropy collapse)."""
     pool = lasting(findings)
     main = [f for f in pool if f.category in MAIN_CATEGORIES]
-    if not main:
-        return pool
-    return main
+    return main or pool
 
 
 def causal_choice(findings: list[Finding], tie: float) -> Finding | None:
     """The root-cause finding by LABELS.md's order, or None (healthy)."""
-    pool = candidates(findings, tie)
+    pool = candidates(findings)
     if not pool:
         return None
     first = min(f.onset_step for f in pool)
@@ -102,7 +100,7 @@ def alternatives(findings: list[Finding], cause: Finding | None, tie: float) -> 
     verdict = label_of(cause.category)
     decisive = rule_of(cause.rule, cause.category).decisive
     out: dict[str, dict] = {}
-    for f in sorted(candidates(findings, tie), key=lambda f: f.onset_step):
+    for f in sorted(candidates(findings), key=lambda f: f.onset_step):
         label = label_of(f.category)
         if label == verdict or label in out or f.onset_step - cause.onset_step > tie:
             continue

@@ -45,6 +45,9 @@ def runners_up(src: SourceFile, winner: LogFormat) -> list[LogFormat]:
     return [fmt for _, fmt in sorted(scored, key=lambda x: -x[0])]
 
 
+SAME_WINDOWS = 4  # windows in a row in a format already found, after which past_preamble stops looking
+
+
 def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
     """The formats that score a window further into the file (``sniff_windows``), first found first,
     other than ``exclude``: the records' format when a preamble's lines (a config dump of dicts)
@@ -64,8 +67,6 @@ def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
                 break
     return found
 
-
-SAME_WINDOWS = 4
 
 
 def _best(src: SourceFile, text_only: bool = False) -> tuple[float, LogFormat] | None:

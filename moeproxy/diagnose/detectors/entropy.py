@@ -33,6 +33,7 @@ thresholds(
     entropy_stall_span=(0.25, "... over at least this share of the run's records"),
     std_blowup_factor=(2.5, "a Gaussian policy's action std this many times its start, at the end, climbing: the "
                             "policy blew up toward random actions (its entropy grows with the std's log)"),
+    std_at_top=(0.8, "... its last tenth at this share of its highest record or more (still up, not back down)"),
     std_climb_trend=(0.5, "... rising steadily: its rank correlation with time over the run at least this"),
     std_onset_factor=(1.1, "... dated where it stays above this many times its start (a tenth up: visible, as the "
                            "std of a policy that learns falls from its start)"),
@@ -47,7 +48,7 @@ RULES = declare(DIVERGENCE, {
     "action_std_blowup": "a Gaussian policy's action std climbing to x2.5 or more of its start: the policy blew up",
 }, damage=("entropy_blowup", "action_std_blowup"),
    thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_rise_share", "spike_recover_records"),
-               "action_std_blowup": ("std_blowup_factor", "std_climb_trend", "std_onset_factor", "std_stays_share")})
+               "action_std_blowup": ("std_blowup_factor", "std_at_top", "std_climb_trend", "std_onset_factor", "std_stays_share")})
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
@@ -139,7 +140,7 @@ def _action_std_blowup(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
         if len(vals) <= cfg.min_history or not (vals > 0).all():
             continue
         start, end = head_level(vals, share=0.05, minimum=2), tail_level(vals)
-        if end < cfg.std_blowup_factor * start or end < 0.8 * float(np.max(vals)):
+        if end < cfg.std_blowup_factor * start or end < cfg.std_at_top * float(np.max(vals)):
             continue
         trend = rank_trend(vals)
         if trend < cfg.std_climb_trend:

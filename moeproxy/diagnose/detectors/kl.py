@@ -13,7 +13,7 @@ import numpy as np
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, head_level, tail_level
+from moeproxy.diagnose.robust import fmt, head_level, holds_from, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
@@ -147,8 +147,7 @@ def _runaway_from_start(name: str, s, cfg: DiagnoseConfig, factor: float, floor:
     end = tail_level(vals)
     if not (start > 0 and end >= factor * start and end >= floor):
         return None
-    above = vals >= cfg.kl_factor * start
-    stays = np.flatnonzero(above & (np.cumsum(above[::-1])[::-1] == np.arange(len(above), 0, -1)))
+    stays = holds_from(vals >= cfg.kl_factor * start, 1.0)
     if not stays.size:
         return None
     onset = int(s.index[stays[0]])

@@ -16,7 +16,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, head_level, rank_trend, tail_level
+from moeproxy.diagnose.robust import edge_count, fmt, head_level, holds_from, iqr_noise, rank_trend, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, REWARD_COLLAPSE, Finding
@@ -39,6 +39,7 @@ thresholds(
     slide_trend=(0.3, "... falling steadily: the rank correlation of its records from the peak on with time is "
                       "this far below 0"),
     slide_span=(0.2, "... over at least this share of the run's records"),
+    slide_min_records=(20, "... judged on logs of at least this many records"),
     slide_bar=(0.5, "... dated where it stays below its peak less this share of the drop"),
 )
 
@@ -52,7 +53,7 @@ RULES = declare(REWARD_COLLAPSE, {
                                "reward_stays_near", "reward_stays_window", "reward_stays_min"),
                "reward_below_peak": ("reward_drop_fraction", "reward_smooth_records", "reward_stays_share", "reward_stays_near",
                                      "reward_stays_window", "reward_stays_min"), "eval_reward_drop": ("eval_drop_share", "eval_min_drop"),
-               "reward_slide": ("slide_share", "slide_widths", "slide_trend", "slide_span", "slide_bar",
+               "reward_slide": ("slide_share", "slide_widths", "slide_trend", "slide_span", "slide_bar", "slide_min_records",
                                 "reward_stays_share", "reward_stays_near", "reward_stays_window", "reward_stays_min")})
 
 
@@ -89,8 +90,7 @@ def _eval_score_drop(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
         drop = start - end
         if not (start > 0 and drop >= cfg.eval_drop_share * start and drop >= cfg.eval_min_drop):
             continue
-        low = vals < start - drop / 2
-        stays = np.flatnonzero(low & (np.cumsum(low[::-1])[::-1] == np.arange(len(low), 0, -1)))
+        stays = holds_from(vals < start - drop / 2, 1.0)
         if not stays.size:
             continue
         onset = int(s.index[stays[0]])
@@ -132,8 +132,7 @@ def _train_reward_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]
     final = tail_level(vals)
     # LABELS.md: "reward mean down several noise widths for good": the record-to-record noise of the
     # reward (robust sigma of its differences), from which the width of a level is measured
-    diffs = np.diff(vals)
-    noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2) if diffs.size >= 4 else 0.0
+    noise = iqr_noise(vals)
     shift = sustained_shift(r, -1, delta=need, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history,
                             min_records=max(3, len(r) // 20))
     if shift is not None:
@@ -174,19 +173,17 @@ def _slide(name: str, r: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
     the first record from which it stays below the peak less ``slide_bar`` of the drop."""
     vals = r.to_numpy(dtype=float)
     n = vals.size
-    if n < 20:
+    if n < cfg.slide_min_records:
         return None
-    w = max(3, n // 10)
+    w = edge_count(n)  # a tenth of the run: the level the last tenth (tail_level) is read at
     smooth = pd.Series(vals).rolling(w, center=True, min_periods=max(2, w // 2)).median().to_numpy()
-    peak_i = int(np.nanargmax(smooth[: int(0.9 * n)]))
+    peak_i = int(np.nanargmax(smooth[: n - w]))  # a peak before the last tenth, which it is compared with
     peak, start, final = float(smooth[peak_i]), head_level(vals, share=0.05), tail_level(vals)
     after = vals[peak_i:]
     if after.size < cfg.slide_span * n:
         return None
     drop = peak - final
-    diffs = np.diff(vals)
-    noise = (np.quantile(diffs, 0.75) - np.quantile(diffs, 0.25)) / 1.349 / np.sqrt(2)
-    width = noise * np.sqrt(2 / w)
+    width = iqr_noise(vals) * np.sqrt(2 / w)
     if not (drop > 0 and drop >= cfg.slide_widths * width and drop >= cfg.slide_share * abs(peak)
             and drop >= cfg.slide_share * (peak - start)):
         return None

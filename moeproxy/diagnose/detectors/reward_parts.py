@@ -26,7 +26,7 @@ import numpy as np
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.robust import fmt, holds_from
 from moeproxy.diagnose.rules import declare
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, REWARD_COLLAPSE, Finding
@@ -65,9 +65,8 @@ def _part_to_zero(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     if not level > 0:
         return None
     bar = cfg.part_zero_share * level
-    low = vals < bar
     # the first record from which every later one stays below the bar
-    stays_from = np.flatnonzero(low & (np.cumsum(low[::-1])[::-1] == np.arange(len(low), 0, -1)))
+    stays_from = holds_from(vals < bar, 1.0)
     if not stays_from.size:
         return None
     first = int(stays_from[0])

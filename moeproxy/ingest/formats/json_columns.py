@@ -36,10 +36,8 @@ from moeproxy.vocabulary import COUNTER_KEYS, STEP_KEYS
 MIN_LENGTH = 3
 MAX_DEPTH = 3
 RECORDS_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*\{\s*"[^"\n]{1,100}"\s*:\s*-?\d')
-# a list of numbers, of jsonpickle's NumPy scalars (sacred's pretty-printed info.json), or of records
-# whose first field is a number (``"iql_history": [{"epoch": 1, "q_loss": ...}, ...]``)
-COLUMN_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*(?:-?\d|NaN|-?Infinity|null|'
-                          rb'\{\s*"(?:dtype|py/object)"|\{\s*"[^"\n]{1,100}"\s*:\s*-?\d)')
+# a list of numbers, or of jsonpickle's NumPy scalars (sacred's pretty-printed info.json)
+COLUMN_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*(?:-?\d|NaN|-?Infinity|null|\{\s*"(?:dtype|py/object)")')
 
 
 def _is_number(x) -> bool:
@@ -175,7 +173,8 @@ def sniff_json_columns(src: SourceFile) -> float:
     if not head.startswith(b"{"):
         return 0.0
     window = head[:65536]
-    starts = len(COLUMN_START.findall(window)) + len(RECORDS_START.findall(window))  # a record list: a table
+    # a list of records whose first field is a number is a whole table: it counts as two columns
+    starts = len(COLUMN_START.findall(window)) + 2 * len(RECORDS_START.findall(window))
     # two columns begin in the window; or one whose numbers fill it, on one line (a keras-rl log's
     # first column of 3,598 values is longer than the window; JSONL records are short lines)
     return 0.5 if starts >= 2 or (starts == 1 and len(window) == 65536 and b"\n" not in window) else 0.0
