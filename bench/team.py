@@ -22,7 +22,9 @@ Printed per store and N:
   for the same cores: where the time goes says what a bigger one, or one host per job, would change).
 
 Usage: python bench/team.py [--watchers 1 4 16] [--rate 5] [--metrics 20] [--seconds 50] [--kill]
-       [--stores file catalog]
+       [--stores file catalog] [--sample-files SECONDS] [--json FILE]
+(An hour at real speed: --stores catalog --watchers 4 --readers 1 --seconds 3600 --sample-files 60: the
+watchers' own upkeep, every 10 minutes, is what keeps the file count bounded.)
 Figures only; nothing here is asserted. The catalog needs the ``team`` extra and PostgreSQL.
 """
 
@@ -154,8 +156,14 @@ def one_case(kind: str, db: str, data_path: str | None, n: int, args, root: Path
                for i in range(n if args.readers is None else args.readers)]
     seen: dict = {}
     killed_at = restarted_at = None
+    files_over_time: list[tuple[float, int]] = []  # (seconds since the writing began, files on disk)
     while writer.poll() is None:
         alerts_of(root, n, seen)
+        if args.sample_files and (not files_over_time or
+                                  time.time() - started - files_over_time[-1][0] >= args.sample_files):
+            files_over_time.append((round(time.time() - started, 1), files_on_disk(root)))
+            if len(files_over_time) % 10 == 1:
+                print(f"  {files_over_time[-1][0]:.0f} s: {files_over_time[-1][1]} files on disk", flush=True)
         if args.kill and killed_at is None and time.time() - started >= args.seconds / 2:
             watchers[0].send_signal(signal.SIGKILL)
             watchers[0].wait()
@@ -206,7 +214,7 @@ def one_case(kind: str, db: str, data_path: str | None, n: int, args, root: Path
         "caught_up_s": caught_up, "latencies": latencies, "alert_runs": len(info["written"]), "alerted": len(seen),
         "lists": lists, "views": views, "failed": failed, "files_before": files_before, "files_after": files_after,
         "compact_rc": None if compact is None else compact.returncode, "killed_at": killed_at,
-        "restarted_at": restarted_at,
+        "restarted_at": restarted_at, "files_over_time": files_over_time,
     }
 
 
@@ -232,6 +240,12 @@ def report(r: dict, args) -> None:
           + (f" (first: {r['failed'][0]})" if r["failed"] else ""))
     print(f"files on disk: {r['files_before']}" + (f", after `store compact` {r['files_after']}"
                                                    if r["compact_rc"] is not None else ""))
+    if r["files_over_time"]:
+        over = r["files_over_time"]
+        half = [f for t, f in over if t >= over[-1][0] / 2]
+        print(f"files on disk while watching (every {args.sample_files:g} s, {len(over)} looks): max {max(f for _, f in over)}, "
+              f"max in the second half {max(half)}, at the end {over[-1][1]}; "
+              + ", ".join(f"{t / 60:.0f} min {f}" for t, f in over[::max(1, len(over) // 12)]))
     c = r["cpu"]
     print(f"CPU seconds over the {c['wall']:.0f} s until caught up ({os.cpu_count()} CPUs: {os.cpu_count() * c['wall']:.0f} "
           f"to share): watchers {c['watchers']:.0f}, readers {c['readers']:.0f}"
@@ -248,6 +262,8 @@ def main() -> int:
     ap.add_argument("--readers", type=int, help="dashboards reading at once (default: as many as watchers)")
     ap.add_argument("--kill", action="store_true", help="SIGKILL run 0's watcher half-way and restart it")
     ap.add_argument("--stores", nargs="+", choices=["file", "catalog"], default=["file", "catalog"])
+    ap.add_argument("--sample-files", type=float, default=0, metavar="SECONDS",
+                    help="count the files on disk every SECONDS while the jobs write (compaction keeping them bounded)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure to this JSON file")
     args = ap.parse_args()
     if 150 + 5 * (max(args.watchers) - 1) > args.rate * args.seconds - 10:

@@ -89,6 +89,7 @@ class Store:
             if missing is not None:
                 raise InputError(f"{self.catalog}: {missing}")
             self.data_path = data_path or lake.default_data_path(self.catalog)
+            lake.object_store(self.data_path)  # an unsupported scheme said at once, by name
             self.path = catalog_file(self.catalog)  # None for a PostgreSQL catalog
             self._memory = None
         elif str(path) == ":memory:":
@@ -176,7 +177,7 @@ class Store:
                 con = duckdb.connect()
                 try:
                     con.execute("SET enable_progress_bar = false")
-                    lake.load_extensions(con, self.catalog)
+                    lake.load_extensions(con, self.catalog, self.data_path)
                     lake.attach(con, self.catalog, self.data_path)
                     return con
                 except duckdb.IOException:
@@ -297,6 +298,12 @@ class Store:
             why = "the catalog's PostgreSQL role may not write (permission denied); write with the owning role"
         elif isinstance(exc, duckdb.TransactionException):
             why = "the transaction could not commit"
+        elif self.catalog is not None and first.startswith("HTTP Error"):  # an s3:// data path
+            code = re.search(r"HTTP code (\d+)", first)
+            meaning = {"404": "no such bucket or object", "403": "access denied: check AWS_ACCESS_KEY_ID and "
+                       "AWS_SECRET_ACCESS_KEY", "400": "the store refused the request: check AWS_REGION"}
+            why = (f"its data path {self.data_path} could not be read or written"
+                   + (f" ({meaning[code.group(1)]})" if code and code.group(1) in meaning else ""))
         else:
             why = "damaged or truncated?"
         kind = StoreReadOnly if why.startswith("the catalog's PostgreSQL role may not write") else StoreUnavailable

@@ -4,6 +4,14 @@ DuckDB SQL as the single-file store.
 
     --db ducklake:postgres:dbname=moeproxy host=db.cluster user=moeproxy   --data-path /shared/moeproxy
     --db ducklake:/shared/moeproxy/runs.ducklake                            (data path: runs.ducklake.files/)
+    --db ducklake:postgres:dbname=moeproxy host=db.cluster   --data-path s3://bucket/moeproxy/
+
+An ``s3://`` data path is any S3-compatible object store (AWS S3, MinIO, Ceph, Huawei OBS): the
+``httpfs`` extension (its wheel, in the team extra) reads and writes it, with the credentials of the
+standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+``AWS_REGION``) and, for a store that is not AWS, its address in ``AWS_ENDPOINT_URL``
+(``http://minio.cluster:9000``: path-style URLs, TLS as the address says; ``MOEPROXY_S3_URL_STYLE``
+overrides the style).
 
 Extensions come from Python wheels, never from the internet: ``pip install 'moeproxy[team]'``
 installs ``duckdb-extension-ducklake`` and ``-postgres``, which require DuckDB 1.5.5 (the last release
@@ -38,6 +46,49 @@ from moeproxy.store.schema import catalog_file  # what a catalog string says
 ALIAS = "lake"  # the attached catalog's name in the connection
 WHEEL_RELEASE = "1.5.5"  # the DuckDB release the extension wheels (and the `team` extra) are for
 EXTENSIONS = {"ducklake": "ducklake", "postgres": "postgres_scanner"}  # wheel name -> extension name
+OBJECT_STORE = {"httpfs": "httpfs"}  # the wheel an s3:// data path needs (loaded only then)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def object_store(data_path: str) -> bool:
+    """Whether the data path is in an object store (``s3://``); a folder otherwise. Another scheme
+    (``gs://``, ``az://``, ``http://``) is refused by name: S3-compatible stores are what is supported."""
+    scheme = _SCHEME.match(data_path)
+    if scheme is None:
+        return False
+    if scheme.group(1).lower() != "s3":
+        raise InputError(f"data path {data_path}: a {scheme.group(1)}:// data path is not supported; use a folder "
+                         "every host sees or s3://BUCKET/PREFIX (any S3-compatible store: set AWS_ENDPOINT_URL)")
+    if not re.match(r"^s3://[^/]+", data_path, re.IGNORECASE):
+        raise InputError(f"data path {data_path}: an s3:// data path names its bucket (s3://BUCKET/PREFIX)")
+    return True
+
+
+def s3_secret(con, env=os.environ) -> None:
+    """The connection's S3 credentials and address, from the standard AWS variables (none set: the
+    store is read anonymously, as a public bucket allows)."""
+    options = {"REGION": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    if env.get("AWS_ACCESS_KEY_ID"):
+        options["KEY_ID"] = env["AWS_ACCESS_KEY_ID"]
+        options["SECRET"] = env.get("AWS_SECRET_ACCESS_KEY", "")
+        if env.get("AWS_SESSION_TOKEN"):
+            options["SESSION_TOKEN"] = env["AWS_SESSION_TOKEN"]
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    style = env.get("MOEPROXY_S3_URL_STYLE")
+    if endpoint:
+        address = re.match(r"^(?:(https?)://)?([^/]+)/?$", endpoint.strip())
+        if address is None:
+            raise InputError(f"AWS_ENDPOINT_URL {endpoint!r}: not an address (http://HOST:PORT or https://HOST)")
+        options["ENDPOINT"] = address.group(2)
+        options["USE_SSL"] = "false" if (address.group(1) or "https").lower() == "http" else "true"
+        style = style or "path"  # MinIO, Ceph and most stores of a cluster
+    if style:
+        if style not in ("path", "vhost"):
+            raise InputError(f"MOEPROXY_S3_URL_STYLE {style!r}: must be path or vhost")
+        options["URL_STYLE"] = style
+    text = ", ".join(f"{k} {v}" if k == "USE_SSL" else f"{k} '{v.replace(chr(39), chr(39) * 2)}'"
+                     for k, v in options.items())
+    con.execute(f"CREATE OR REPLACE SECRET moeproxy_s3 (TYPE s3, {text})")
 
 
 def default_data_path(target: str) -> str:
@@ -78,12 +129,15 @@ def extension_file(wheel: str) -> Path:
     return found[0]
 
 
-def load_extensions(con, target: str) -> None:
+def load_extensions(con, target: str, data_path: str | None = None) -> None:
     wheels = ["ducklake"] + (["postgres"] if catalog_file(target) is None else [])
-    for wheel in wheels:
+    remote = data_path is not None and object_store(data_path)
+    for wheel in wheels + (["httpfs"] if remote else []):
         path = extension_file(wheel)
         con.execute(f"INSTALL '{path}'")
-        con.execute(f"LOAD {EXTENSIONS[wheel]}")
+        con.execute(f"LOAD {EXTENSIONS.get(wheel) or OBJECT_STORE[wheel]}")
+    if remote:
+        s3_secret(con)
 
 
 def attach(con, target: str, data_path: str) -> None:
