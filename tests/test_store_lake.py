@@ -388,3 +388,38 @@ def test_each_runs_values_are_in_files_of_their_own_on_a_catalog(postgres, tmp_p
     con = duckdb.connect()
     assert all(con.execute("SELECT count(DISTINCT run_id) FROM read_parquet(?)", [str(f)]).fetchone()[0] == 1
                for f in files)
+
+
+def _sorted_and_codec(files) -> set[tuple[bool, str]]:
+    import duckdb
+
+    con = duckdb.connect()
+    return {(con.execute("SELECT list(metric ORDER BY file_row_number) = list(metric ORDER BY metric, step) "
+                         "FROM read_parquet(?, file_row_number = true)", [str(f)]).fetchone()[0],
+             con.execute("SELECT min(compression) FROM parquet_metadata(?)", [str(f)]).fetchone()[0])
+            for f in files}
+
+
+def test_a_runs_values_are_written_out_sorted_by_metric_and_compressed(tmp_path, capsys, monkeypatch):
+    """A chart of a few metrics reads their row groups only: each run's files sorted by (metric, step)
+    however the job logged them (step by step), zstd-compressed; a catalog made before gets the same
+    layout at its next upkeep, its rows unchanged."""
+    monkeypatch.delenv("MOEPROXY_DATA_PATH", raising=False)
+    for name, old in (("new", False), ("old", True)):
+        catalog = f"ducklake:{tmp_path / name}.ducklake"
+        files = tmp_path / f"{name}.ducklake.files"
+        if old:  # as an earlier moeproxy made it: unsorted, the default codec
+            with Store(catalog).write() as tx:
+                tx.con.execute("ALTER TABLE scalars RESET SORTED BY")
+                tx.con.execute(f"CALL {lake.ALIAS}.set_option('parquet_compression', 'snappy')")
+        _moeproxy(capsys, "ingest", LOGS / "megatron.log", LOGS / "verl_file.jsonl", "--db", catalog)
+        for first in (10_000, 20_000):  # two appends of a job's step-by-step records (steps, then metrics)
+            with Store(catalog).write() as tx:
+                tx.con.execute("INSERT INTO scalars SELECT 1, printf('m%02d', m), s, s * 0.1, 0, -1, NULL, NULL "
+                               "FROM range(?, ? + 2000) t(s), range(30) q(m) ORDER BY s, m", [first, first])
+        before = Store(catalog).run_frame("megatron")
+        _moeproxy(capsys, "store", "compact", "--db", catalog, "--keep-minutes", "0")
+        scalars = [f for f in files.glob("**/*.parquet") if "scalars" in str(f)]
+        assert len(scalars) >= 2 and _sorted_and_codec(scalars) == {(True, "ZSTD")}, name
+        after = Store(catalog).run_frame("megatron")
+        assert after.sort_index(axis=1).equals(before.sort_index(axis=1)), name

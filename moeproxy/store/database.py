@@ -245,6 +245,8 @@ class Store:
             try:
                 con.execute("BEGIN TRANSACTION")
                 con.execute(self.schema)
+                if self.catalog is not None:
+                    con.execute(f"CALL {lake.ALIAS}.set_option('parquet_compression', '{lake.COMPRESSION}')")
                 self._init_meta(con)
                 con.execute("COMMIT")
                 return
@@ -741,6 +743,10 @@ UPKEEP_KEY = "compacted_at"
 
 def _compact_catalog(con, keep_minutes: float, tries: int) -> dict:
     before = lake.data_files(con)
+    try:  # a catalog made by an earlier moeproxy: its values sorted and compressed as a new one's from now on
+        lake.ensure_layout(con)
+    except duckdb.TransactionException:
+        con.execute("ROLLBACK")  # a writer's commit came first: the next upkeep does it
     # the versions of watched sources and positions that a later one replaced
     con.execute("BEGIN TRANSACTION")
     for table, stamp in (("sources", "ingested_at"), ("watch_files", "updated_at")):

@@ -157,17 +157,41 @@ _NO_LAKE = [
 
 # A view reads one run: each run's values in data files of their own, so that a Triage view reads its
 # run's files and no other (``bench/team_reads.py``, 1,000 runs x 20,000 values: one run's series 192
-# -> 55 ms; without it every file holds every run's rows, as many watchers interleave them)
+# -> 55 ms; without it every file holds every run's rows, as many watchers interleave them). Within a
+# run's files the values are sorted by (metric, step) when written out, so that a chart of a few
+# metrics reads their row groups only (a run of 100,000 steps x 200 metrics, stored step by step as
+# jobs log them: Triage chart 4.4 s -> 0.3-0.6 s), compressed with zstd (sorted, the steps and wall
+# times no longer repeat along a row group: 14.9 bytes a value with snappy, 6.1 with zstd)
 PARTITIONS = ("ALTER TABLE scalars SET PARTITIONED BY (run_id);\n"
               "ALTER TABLE routing SET PARTITIONED BY (run_id);\n")
+SORTED = "ALTER TABLE scalars SET SORTED BY (metric, step);\n"
+COMPRESSION = "zstd"
 
 
 def lake_schema(schema: str) -> str:
     """The file store's tables without what DuckLake lacks (sequences, PRIMARY KEY, UNIQUE), the
-    values partitioned by run."""
+    values partitioned by run and sorted by metric."""
     for pattern, replacement in _NO_LAKE:
         schema = pattern.sub(replacement, schema)
-    return schema + PARTITIONS
+    return schema + PARTITIONS + SORTED
+
+
+def ensure_layout(con) -> bool:
+    """A catalog made before the values were sorted and zstd-compressed gets both (its files are
+    rewritten so by the next merges); True when it had to."""
+    current = _first_value(con, f"SELECT value FROM {ALIAS}.options() WHERE option_name = 'parquet_compression'")
+    if current == COMPRESSION:
+        return False
+    con.execute("BEGIN TRANSACTION")
+    con.execute(SORTED)
+    con.execute(f"CALL {ALIAS}.set_option('parquet_compression', '{COMPRESSION}')")
+    con.execute("COMMIT")
+    return True
+
+
+def _first_value(con, sql: str):
+    row = con.execute(sql).fetchone()
+    return None if row is None else row[0]
 
 
 INLINE_ROWS = 10_000  # an insert of fewer rows is kept in the catalog, not written as a Parquet file
