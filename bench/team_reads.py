@@ -9,7 +9,9 @@ upkeep leaves them (``moeproxy store compact``). Printed for each: the rows, the
 size, the time to write, and warm read latencies (median and max of --repeat reads, after one cold):
 - the runs list (``Store.runs_overview``: the dashboard's Runs page and run picker);
 - a Triage view's series: one run's every metric (``Store.run_frame``) and the M4-downsampled
-  series the Triage chart asks for (``moeproxy.store.downsample.m4_series``, 4 metrics, 1,200 buckets).
+  series the Triage chart asks for (``moeproxy.store.downsample.m4_series``, 4 metrics, 1,200 buckets);
+- the Triage page: every read it makes for a run, uncached (dashboard/queries.py: the runs list, the
+  metric names, findings, run info, step range, the chart, the routing heat map).
 
 Usage: python bench/team_reads.py [--runs 1000] [--steps 1000] [--metrics 20] [--commits 10] [--repeat 5]
        [--layouts plain partitioned moeproxy] [--bulk [--full-runs K --full-steps N]] [--keep DIR]
@@ -53,7 +55,6 @@ def fill(store, runs: int, steps: int, metrics: int, commits: int) -> float:
 # one run's values as a job logs them: float32 curves that decay with noise, every fifth metric a
 # piecewise-constant schedule (a learning rate), a wall time per step; step-major, as watchers write
 TEMPLATE = """
-CREATE OR REPLACE TEMP TABLE template AS
 SELECT printf('m%03d', m.j) AS metric, s.k AS step,
        CASE WHEN m.j % 5 = 0 THEN (1e-6 * (1 + s.k // 1000))::FLOAT
             ELSE (exp(-s.k / 30000) * (1 + m.j / 100) + 0.02 * sin(s.k * 1.7 + m.j)
@@ -75,13 +76,14 @@ def fill_bulk(store, runs: int, steps: int, metrics: int, full_runs: int = 0, fu
                     "? * ?, ?, ?, 0, 1, 0, false, now(), 0 FROM range(1, ? + 1) r(i)", [steps, metrics, steps, metrics, runs])
         con.execute("INSERT INTO metric_names SELECT r.i, printf('m%03d', m.j), printf('m%03d', m.j) "
                     "FROM range(1, ? + 1) r(i), range(?) m(j)", [runs, metrics])
-    with store.read() as con:
-        con.execute(TEMPLATE, [max(steps, full_steps if full_runs else 0), metrics])
-        for i in range(1, runs + 1):
-            con.execute("BEGIN")
-            con.execute("INSERT INTO scalars SELECT ?, metric, step, value + ? * 1e-4, 0, -1, wall_time + ?, ? "
-                        "FROM template WHERE step < ?", [i, i, i, i, full_steps if i <= full_runs else steps])
-            con.execute("COMMIT")
+    import duckdb
+
+    template = duckdb.execute(TEMPLATE, [max(steps, full_steps if full_runs else 0), metrics]).fetch_arrow_table()
+    for i in range(1, runs + 1):
+        with store.write() as tx:
+            tx.con.register("template", template)
+            tx.con.execute("INSERT INTO scalars SELECT ?, metric, step, value + ? * 1e-4, 0, -1, wall_time + ?, ? "
+                           "FROM template WHERE step < ?", [i, i, i, i, full_steps if i <= full_runs else steps])
             if i % max(1, runs // 20) == 0 or i == runs:
                 done = time.perf_counter() - t
                 print(f"  {i:,}/{runs:,} runs written, {done:,.0f} s, ~{done / i * (runs - i):,.0f} s left", flush=True)
@@ -118,7 +120,7 @@ def main() -> int:
     ap.add_argument("--keep", metavar="DIR", help="build the catalogs' data under DIR (a disk with room), not /tmp")
     args = ap.parse_args()
     from moeproxy.store import Store, lake
-    from moeproxy.store.downsample import m4_series
+    from moeproxy.store.downsample import layer_heatmap, m4_series, metric_names, step_range
     from moeproxy.store.local_postgres import local_postgres
 
     if lake.available() is not None:
@@ -139,7 +141,8 @@ def main() -> int:
             store = Store(new_catalog(f"reads_{layout}"), data_path=str(data))
             with store.write():
                 pass  # the tables made
-            with store.read() as con:  # a new catalog is laid out as moeproxy.store.lake makes it ("moeproxy")
+            with store.write() as tx:  # a new catalog is laid out as moeproxy.store.lake makes it ("moeproxy")
+                con = tx.con
                 if layout == "plain":
                     con.execute("ALTER TABLE scalars RESET PARTITIONED BY")
                 if layout != "moeproxy":  # the layouts of earlier moeproxy releases: no sort, the default codec
@@ -157,12 +160,25 @@ def main() -> int:
             listed = timed(store.runs_overview, args.repeat)
             frame = timed(lambda: store.run_frame(run), args.repeat)
             chart = timed(lambda: m4_series(store, run, metrics, None, None, 1200), args.repeat)
+
+            def triage_view():  # every read the Triage page makes for a run (dashboard/queries.py), uncached
+                store.runs_overview()
+                metric_names(store, run)
+                store.findings(run)
+                store.run_info(run)
+                step_range(store, run, metrics)
+                m4_series(store, run, metrics, None, None, 1200)
+                layer_heatmap(store, run)
+
+            view = timed(triage_view, args.repeat)
             n = len(store.run_frame(run))
             print(f"\n== {layout}: written and compacted in {seconds:.1f} s; {len(files):,} Parquet files, "
                   f"{size / 2**20:,.0f} MiB")
             print(f"runs list ({args.runs:,} runs): {listed[0] * 1000:,.0f} ms (max {listed[1] * 1000:,.0f})")
             print(f"one run's series ({n:,} rows): {frame[0] * 1000:,.0f} ms (max {frame[1] * 1000:,.0f})")
             print(f"Triage chart, M4 of {len(metrics)} metrics: {chart[0] * 1000:,.0f} ms (max {chart[1] * 1000:,.0f})")
+            print(f"Triage page, all its reads (runs list, names, findings, run info, step range, chart, routing "
+                  f"heat map): {view[0] * 1000:,.0f} ms (max {view[1] * 1000:,.0f})")
             sys.stdout.flush()
     return 0
 

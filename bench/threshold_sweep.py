@@ -139,7 +139,8 @@ def main(argv=None) -> int:
             ok = onset_right(case, verdict, onset, epoch, counters if isinstance(counters, dict) else None)
             if not overrides:
                 readings[f"{case.set}/{case.file}"] = {"verdict": verdict, "onset": onset, "label": case.label,
-                                                         "verdict_ok": verdict in case.labels, "onset_ok": ok}
+                                                         "verdict_ok": verdict in case.labels, "onset_ok": ok,
+                                                         "epoch": epoch, "counters": counters}
             if ok is not None:
                 t[2] += 1
                 t[3] += bool(ok)

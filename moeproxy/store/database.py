@@ -374,8 +374,17 @@ class Store:
             return
         with self._guarded():
             con = self._connect()
+            # a catalog's read is one transaction: DuckLake looks its metadata up in PostgreSQL once for
+            # every query of it, not once per statement (~25 ms each: a Triage page makes a dozen), and
+            # every query sees the same snapshot (a watcher's commit between two of them does not show
+            # in one and not the other)
+            snapshot = self.catalog is not None and self._held is None
             try:
+                if snapshot:
+                    con.execute("BEGIN TRANSACTION")
                 yield con
+                if snapshot:
+                    con.execute("COMMIT")
             finally:
                 con.close()
 
