@@ -36,6 +36,17 @@ def parquet_files(root: Path) -> int:
     return sum(1 for _ in root.rglob("*.parquet"))
 
 
+def files_by_table(root: Path) -> dict[str, int]:
+    """Parquet files per table (the folder under the schema's), deletion files apart."""
+    out: dict[str, int] = {}
+    for f in root.rglob("*.parquet"):
+        parts = f.relative_to(root).parts
+        table = parts[1] if len(parts) > 2 else parts[0]
+        key = table + (" (deletes)" if f.name.endswith("-delete.parquet") else "")
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--watchers", type=int, default=4)
@@ -126,6 +137,7 @@ def main() -> int:
                 print(f"watcher {i} did not stop cleanly (exit {watchers[i].returncode}); its last lines:\n  "
                       + "\n  ".join(o.splitlines()[-8:]))
         print(f"files over time: {', '.join(f'{s[0]:.0f}s:{s[1]}' for s in samples[:: max(1, len(samples) // 12)])}")
+        print(f"files by table at the end: {files_by_table(Path(data_path))}")
     return 0
 
 

@@ -10,8 +10,9 @@ size, the time to write, and warm read latencies (median and max of --repeat rea
 - the runs list (``Store.runs_overview``: the dashboard's Runs page and run picker);
 - a Triage view's series: one run's every metric (``Store.run_frame``) and the M4-downsampled
   series the Triage chart asks for (``moeproxy.store.downsample.m4_series``, 4 metrics, 1,200 buckets);
-- the Triage page: every read it makes for a run, uncached (dashboard/queries.py: the runs list, the
-  metric names, findings, run info, step range, the chart, the routing heat map).
+- the Triage page: every read it makes for a run, uncached (dashboard/app_pages/triage.py: the runs
+  list, findings, metric names, wall time or not, comparable runs, step range, the chart, the routing
+  heat map, the live runs).
 
 Usage: python bench/team_reads.py [--runs 1000] [--steps 1000] [--metrics 20] [--commits 10] [--repeat 5]
        [--layouts plain partitioned moeproxy] [--bulk [--full-runs K --full-steps N]] [--keep DIR]
@@ -78,7 +79,7 @@ def fill_bulk(store, runs: int, steps: int, metrics: int, full_runs: int = 0, fu
                     "FROM range(1, ? + 1) r(i), range(?) m(j)", [runs, metrics])
     import duckdb
 
-    template = duckdb.execute(TEMPLATE, [max(steps, full_steps if full_runs else 0), metrics]).fetch_arrow_table()
+    template = duckdb.execute(TEMPLATE, [max(steps, full_steps if full_runs else 0), metrics]).to_arrow_table()
     for i in range(1, runs + 1):
         with store.write() as tx:
             tx.con.register("template", template)
@@ -120,7 +121,8 @@ def main() -> int:
     ap.add_argument("--keep", metavar="DIR", help="build the catalogs' data under DIR (a disk with room), not /tmp")
     args = ap.parse_args()
     from moeproxy.store import Store, lake
-    from moeproxy.store.downsample import layer_heatmap, m4_series, metric_names, step_range
+    from moeproxy.reference import comparable_runs
+    from moeproxy.store.downsample import has_wall_time, layer_heatmap, m4_series, metric_names, step_range
     from moeproxy.store.local_postgres import local_postgres
 
     if lake.available() is not None:
@@ -161,14 +163,16 @@ def main() -> int:
             frame = timed(lambda: store.run_frame(run), args.repeat)
             chart = timed(lambda: m4_series(store, run, metrics, None, None, 1200), args.repeat)
 
-            def triage_view():  # every read the Triage page makes for a run (dashboard/queries.py), uncached
+            def triage_view():  # every read the Triage page makes for a run (dashboard/app_pages/triage.py), uncached
                 store.runs_overview()
-                metric_names(store, run)
                 store.findings(run)
-                store.run_info(run)
+                metric_names(store, run)
+                has_wall_time(store, run)
+                comparable_runs(store, run)
                 step_range(store, run, metrics)
                 m4_series(store, run, metrics, None, None, 1200)
                 layer_heatmap(store, run)
+                store.live_runs()
 
             view = timed(triage_view, args.repeat)
             n = len(store.run_frame(run))
@@ -177,8 +181,8 @@ def main() -> int:
             print(f"runs list ({args.runs:,} runs): {listed[0] * 1000:,.0f} ms (max {listed[1] * 1000:,.0f})")
             print(f"one run's series ({n:,} rows): {frame[0] * 1000:,.0f} ms (max {frame[1] * 1000:,.0f})")
             print(f"Triage chart, M4 of {len(metrics)} metrics: {chart[0] * 1000:,.0f} ms (max {chart[1] * 1000:,.0f})")
-            print(f"Triage page, all its reads (runs list, names, findings, run info, step range, chart, routing "
-                  f"heat map): {view[0] * 1000:,.0f} ms (max {view[1] * 1000:,.0f})")
+            print(f"Triage page, all its reads (runs list, findings, names, wall time?, comparable runs, step range, "
+                  f"chart, routing heat map, live runs): {view[0] * 1000:,.0f} ms (max {view[1] * 1000:,.0f})")
             sys.stdout.flush()
     return 0
 

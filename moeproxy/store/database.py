@@ -459,21 +459,25 @@ class Store:
                 return int(_first(con.execute(f"SELECT id FROM {lake.ALIAS}.current_snapshot()"))[0])
             return int(_first(con.execute("SELECT value FROM meta WHERE key='data_version'"))[0])
 
-    def runs(self) -> pd.DataFrame:
-        """One row per run with its size and latest verdict."""
+    def runs(self, run: str | None = None) -> pd.DataFrame:
+        """One row per run with its size and latest verdict; ``run``: that run's row only (its values
+        alone are read: on a catalog partitioned by run, its files; NotFound lists the runs)."""
         with self.read() as con:
+            only, params = "", []
+            if run is not None:
+                only, params = "WHERE run_id = ?", [self.run_id(con, run)] * 3
             return con.execute(
                 f"""
                 WITH s AS (
                     SELECT run_id, count(DISTINCT step) AS steps, count(DISTINCT metric) AS metrics,
                            count(*) AS rows, count(*) FILTER (WHERE NOT isfinite(value)) AS nonfinite,
                            count(DISTINCT attempt) AS attempts, max(step) AS last_step
-                    FROM scalars GROUP BY run_id),
-                {_LATEST_FINDING}
+                    FROM scalars {only} GROUP BY run_id),
+                {_LATEST_FINDING.replace("FROM findings", f"FROM findings {only}")}
                 SELECT {_RUN_COLUMNS.format(metrics="s.metrics")}, s.last_step, f.verdict, f.onset_step, r.created_at
-                FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN f USING (run_id)
+                FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN f USING (run_id) {only.replace("run_id", "r.run_id")}
                 ORDER BY r.created_at, r.run_id
-                """
+                """, params
             ).df()
 
     def run_id(self, con, run: str) -> int:
@@ -492,12 +496,7 @@ class Store:
             return _first(con.execute("SELECT 1 FROM runs WHERE name = ?", [run])) is not None
 
     def run_info(self, run: str) -> dict:
-        table = self.runs()
-        row = table[table["run"] == run]
-        if row.empty:
-            with self.read() as con:
-                self._run_id(con, run)  # raises NotFound with the list of runs
-        info = row.iloc[0].to_dict()
+        info = self.runs(run).iloc[0].to_dict()  # (NotFound, listing the runs, for a run not stored)
         with self.read() as con:
             run_id = self._run_id(con, run)
             info["sources"] = con.execute(
