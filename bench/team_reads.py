@@ -31,9 +31,8 @@ import time
 from pathlib import Path
 
 
-def fill(store, runs: int, steps: int, metrics: int, commits: int) -> float:
-    """Write the catalog's runs, sources, names and ``commits`` interleaved slices of scalars; seconds."""
-    t = time.perf_counter()
+def add_runs(store, runs: int, steps: int, metrics: int) -> None:
+    """The runs, their sources and metric names (one transaction)."""
     with store.write() as tx:
         con = tx.con
         con.execute("INSERT INTO runs SELECT i, printf('run%04d', i), 'other', NULL, 'bench', 'jsonl', now(), '{}' "
@@ -42,6 +41,12 @@ def fill(store, runs: int, steps: int, metrics: int, commits: int) -> float:
                     "? * ?, ?, ?, 0, 1, 0, false, now(), 0 FROM range(1, ? + 1) r(i)", [steps, metrics, steps, metrics, runs])
         con.execute("INSERT INTO metric_names SELECT r.i, printf('m%03d', m.j), printf('m%03d', m.j) "
                     "FROM range(1, ? + 1) r(i), range(?) m(j)", [runs, metrics])
+
+
+def fill(store, runs: int, steps: int, metrics: int, commits: int) -> float:
+    """Write the catalog's runs, sources, names and ``commits`` interleaved slices of scalars; seconds."""
+    t = time.perf_counter()
+    add_runs(store, runs, steps, metrics)
     per = steps // commits
     for c in range(commits):
         with store.write() as tx:
@@ -69,14 +74,7 @@ def fill_bulk(store, runs: int, steps: int, metrics: int, full_runs: int = 0, fu
     """Runs, sources, names, then each run's values in a commit of its own (one run's template, shifted
     per run): the fast way to a catalog of 1e9+ values, each run's rows in files of their own; seconds."""
     t = time.perf_counter()
-    with store.write() as tx:
-        con = tx.con
-        con.execute("INSERT INTO runs SELECT i, printf('run%04d', i), 'other', NULL, 'bench', 'jsonl', now(), '{}' "
-                    "FROM range(1, ? + 1) r(i)", [runs])
-        con.execute("INSERT INTO sources SELECT i, i, printf('/jobs/run%04d/metrics.jsonl', i), 'x', 'jsonl', 'bench', "
-                    "? * ?, ?, ?, 0, 1, 0, false, now(), 0 FROM range(1, ? + 1) r(i)", [steps, metrics, steps, metrics, runs])
-        con.execute("INSERT INTO metric_names SELECT r.i, printf('m%03d', m.j), printf('m%03d', m.j) "
-                    "FROM range(1, ? + 1) r(i), range(?) m(j)", [runs, metrics])
+    add_runs(store, runs, steps, metrics)
     import duckdb
 
     template = duckdb.execute(TEMPLATE, [max(steps, full_steps if full_runs else 0), metrics]).to_arrow_table()

@@ -753,8 +753,11 @@ def _compact_catalog(con, keep_minutes: float, tries: int) -> dict:
     before = lake.data_files(con)
     try:  # a catalog made by an earlier moeproxy: its values sorted and compressed as a new one's from now on
         lake.ensure_layout(con)
-    except duckdb.TransactionException:
-        con.execute("ROLLBACK")  # a writer's commit came first: the next upkeep does it
+    except duckdb.TransactionException:  # a writer's commit came first: the next upkeep does it
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # (a failed commit has rolled back already)
     # the versions of watched sources and positions that a later one replaced
     con.execute("BEGIN TRANSACTION")
     for table, stamp in (("sources", "ingested_at"), ("watch_files", "updated_at")):
