@@ -423,3 +423,71 @@ def test_a_runs_values_are_written_out_sorted_by_metric_and_compressed(tmp_path,
         assert len(scalars) >= 2 and _sorted_and_codec(scalars) == {(True, "ZSTD")}, name
         after = Store(catalog).run_frame("megatron")
         assert after.sort_index(axis=1).equals(before.sort_index(axis=1)), name
+
+
+SERIALIZATION = ('Failed to delete flushed inlined data in DuckLake from table ducklake_inlined_data_10_1: Failed to '
+                 'execute query "DELETE FROM ...": ERROR:  could not serialize access due to concurrent update')
+
+
+def test_an_upkeep_step_that_postgresql_could_not_serialize_is_run_again(monkeypatch):
+    """Flushing inlined rows deletes them from the catalog's table while watchers append to it:
+    PostgreSQL's serialization failure comes back as a plain ``duckdb.Error``; the step is run again,
+    as a DuckLake conflict is, and any other error is raised at once."""
+    import duckdb
+
+    calls = []
+
+    class Con:
+        def __init__(self, failures, error=SERIALIZATION):
+            self.failures, self.error = failures, error
+
+        def execute(self, sql):
+            calls.append(sql)
+            if self.failures:
+                self.failures -= 1
+                raise duckdb.Error(self.error)
+            return self
+
+        def fetchall(self):
+            return []
+
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    lake.compact(Con(2), keep_minutes=10)
+    assert len(calls) == 2 + 5  # the first step twice more, then the four others once
+    with pytest.raises(duckdb.Error, match="disk"):
+        lake.compact(Con(1, "IO Error: no space left on disk"), keep_minutes=10)
+
+
+@pytest.mark.parametrize("error", [SERIALIZATION, "HTTP Error: Unable to connect to URL s3://runs/x/main/scalars/"
+                                                  "f.parquet: Service Unavailable (HTTP code 503)"])
+def test_a_watcher_keeps_watching_when_its_upkeep_fails(tmp_path, monkeypatch, error):
+    """An upkeep that fails with any database error is said and tried again later; the watcher goes
+    on storing rows (before, a serialization failure in the upkeep ended the watcher)."""
+    import io
+    import time
+
+    import duckdb
+
+    from moeproxy.watch import WatchConfig, Watcher
+
+    monkeypatch.delenv("MOEPROXY_DATA_PATH", raising=False)
+    catalog = f"ducklake:{tmp_path / 'team.ducklake'}"
+    log = tmp_path / "job" / "metrics.jsonl"
+    log.parent.mkdir()
+
+    def failing(con, keep_minutes, tries=lake.COMPACT_TRIES):
+        raise duckdb.Error(error)
+
+    monkeypatch.setattr(lake, "compact", failing)
+    w = Watcher(WatchConfig(paths=[str(log)], compact_minutes=1e-6, commit_every=0), Store(catalog),
+                io.StringIO(), io.StringIO())
+    w.start()
+    for second in range(3):
+        with open(log, "a") as fh:
+            fh.write("".join(f'{{"step": {s}, "loss": {3.0 - s / 100}}}\n' for s in range(second * 5 + 1, second * 5 + 6)))
+        w._compacted -= 1  # due at every cycle
+        w.cycle()
+        time.sleep(0.01)
+    w.close()
+    assert w.err.getvalue().count("failed") >= 2 and error[:20] in w.err.getvalue()
+    assert Store(catalog).runs().set_index("run").loc["job", "rows"] == 15

@@ -317,11 +317,14 @@ class Store:
         disk) become ``unreadable``'s one line instead of a traceback."""
         try:
             yield
-        except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException,
-                duckdb.TransactionException) as exc:  # a commit whose write-ahead log hit a full disk
+        except duckdb.Error as exc:
+            if not isinstance(exc, (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException,
+                                    duckdb.TransactionException)):  # (a commit whose WAL hit a full disk: the last)
+                if self.catalog is None or type(exc) is not duckdb.Error or not lake.lost_to_a_writer(exc):
+                    raise
             if self._memory is not None:
                 raise
-            if self.catalog is not None and isinstance(exc, duckdb.TransactionException) and "onflict" in str(exc):
+            if self.catalog is not None and lake.lost_to_a_writer(exc):
                 # DuckLake's optimistic concurrency: another writer committed first
                 raise WriteConflict(f"{self.catalog}: another writer committed to the same tables first; nothing "
                                     f"of this write was stored; try again ({str(exc).splitlines()[0]})") from None

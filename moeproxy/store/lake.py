@@ -206,6 +206,15 @@ def data_files(con) -> int:
                for t in tables)
 
 
+def lost_to_a_writer(exc: BaseException) -> bool:
+    """Whether a catalog statement failed because another process's commit came first: DuckLake's own
+    conflict, or PostgreSQL's serialization failure under it (flushing inlined rows deletes them from
+    the catalog's table while a watcher appends to it: "could not serialize access due to concurrent
+    update", raised as a plain ``duckdb.Error``). Such a statement can be run again."""
+    text = str(exc)
+    return "onflict" in text or "could not serialize access" in text or "concurrent update" in text
+
+
 COMPACT_TRIES = 6  # each upkeep step, against watchers committing meanwhile
 
 
@@ -230,7 +239,7 @@ def compact(con, keep_minutes: float, tries: int = COMPACT_TRIES) -> None:
             try:
                 con.execute(f"CALL {call}").fetchall()
                 break
-            except duckdb.TransactionException as exc:
-                if "onflict" not in str(exc) or attempt == tries - 1:
+            except duckdb.Error as exc:
+                if not lost_to_a_writer(exc) or attempt == tries - 1:
                     raise
                 time.sleep(random.uniform(0.05, 0.3) * min(attempt + 1, 3))

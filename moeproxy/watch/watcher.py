@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import numpy as np
 from moeproxy.columns import Columns
 
@@ -293,8 +294,9 @@ class Watcher:
             else:
                 self.say(f"moeproxy watch: compacted {self.store.label}: {done['files_before']} -> "
                          f"{done['files_after']} data files", err=True)
-        except (StoreBusy, StoreUnavailable, InputError) as exc:
-            # the claim was given back; this watcher tries again after a tenth of the period
+        except (StoreBusy, StoreUnavailable, InputError, duckdb.Error) as exc:
+            # the claim was given back; this watcher tries again after a tenth of the period (an upkeep
+            # that failed never stops the watching: the rows are stored whether or not files get merged)
             self._compacted = time.monotonic() - 0.9 * self.config.compact_minutes * 60
             self.say(f"moeproxy watch: compaction of {self.store.label} failed ({exc}); trying again later", err=True)
 
