@@ -264,5 +264,13 @@ def test_evidence_quotes_logged_values_tags_filter_the_runs_and_wall_time_is_an_
         wait_for_app(page)
         page.locator(".st-key-triage_x").get_by_text("wall time").click()
         wait_for_app(page)
+        # (the rerun may start after the app looked idle: wait for the chart it draws, on a loaded machine too)
+        try:
+            page.wait_for_function(
+                f"() => {{ const l = document.querySelector('{CHART}')?.layout; return !!l && (l.xaxis.type === "
+                "'date' || String((l.xaxis.title || {}).text || '').toLowerCase().includes('wall')); }",
+                timeout=30_000)
+        except sync_api.TimeoutError:
+            pass  # the assertion below says what the axis is
         xaxis = page.evaluate(f"() => document.querySelector('{CHART}').layout.xaxis")
         assert xaxis.get("type") == "date" or "wall" in str(xaxis.get("title", "")).lower(), xaxis
