@@ -8,8 +8,6 @@ cannot be had."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from moeproxy.cli import main
@@ -25,8 +23,9 @@ except InputError as why:
 boto3 = pytest.importorskip("boto3", reason="the S3 tests need moto[server] (the dev extra)")
 moto_server = pytest.importorskip("moto.server", reason="the S3 tests need moto[server] (the dev extra)")
 
+from test_store_lake import LOGS, _moeproxy  # noqa: E402 - the same CLI helper and logs (tests/ is on the path)
+
 pytestmark = pytest.mark.timeout(300)
-LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +57,6 @@ def aws(s3, monkeypatch):
 
 def _objects(s3, bucket: str) -> list[str]:
     return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
-
-
-def _moeproxy(capsys, *args) -> str:
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    return out.out
 
 
 def test_every_command_works_with_the_parquet_files_in_s3(aws, tmp_path, capsys):

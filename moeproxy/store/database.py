@@ -66,6 +66,9 @@ _RUN_COLUMNS = """r.name AS run, r.role, r.proxy_of, r.framework, r.format,
 
 LIVE_SECONDS = 60  # a run a watcher stored rows of within this long is live
 
+# the errors of a store DuckDB cannot read or write (damaged, truncated, a full disk): ``unreadable``
+_UNREADABLE = (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException,
+               duckdb.TransactionException)
 _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 _LOCKED = re.compile(r"could not set lock|conflicting lock|\block\b.*\b(held|set)\b", re.IGNORECASE)
 
@@ -318,13 +321,13 @@ class Store:
         try:
             yield
         except duckdb.Error as exc:
-            if not isinstance(exc, (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException,
-                                    duckdb.TransactionException)):  # (a commit whose WAL hit a full disk: the last)
-                if self.catalog is None or type(exc) is not duckdb.Error or not lake.lost_to_a_writer(exc):
-                    raise
-            if self._memory is not None:
+            # on a catalog, another writer's commit first: DuckLake's conflict, or PostgreSQL's serialization
+            # failure (a plain duckdb.Error); a commit whose write-ahead log hit a full disk: TransactionException
+            lost = (self.catalog is not None and type(exc) in (duckdb.Error, duckdb.TransactionException)
+                    and lake.lost_to_a_writer(exc))
+            if self._memory is not None or not (lost or isinstance(exc, _UNREADABLE)):
                 raise
-            if self.catalog is not None and lake.lost_to_a_writer(exc):
+            if lost:
                 # DuckLake's optimistic concurrency: another writer committed first
                 raise WriteConflict(f"{self.catalog}: another writer committed to the same tables first; nothing "
                                     f"of this write was stored; try again ({str(exc).splitlines()[0]})") from None
@@ -466,9 +469,8 @@ class Store:
         """One row per run with its size and latest verdict; ``run``: that run's row only (its values
         alone are read: on a catalog partitioned by run, its files; NotFound lists the runs)."""
         with self.read() as con:
-            only, params = "", []
-            if run is not None:
-                only, params = "WHERE run_id = ?", [self.run_id(con, run)] * 3
+            params = {} if run is None else {"id": self.run_id(con, run)}
+            only = "WHERE run_id = $id" if params else ""
             return con.execute(
                 f"""
                 WITH s AS (
@@ -476,9 +478,9 @@ class Store:
                            count(*) AS rows, count(*) FILTER (WHERE NOT isfinite(value)) AS nonfinite,
                            count(DISTINCT attempt) AS attempts, max(step) AS last_step
                     FROM scalars {only} GROUP BY run_id),
-                {_LATEST_FINDING.replace("FROM findings", f"FROM findings {only}")}
+                {_LATEST_FINDING}
                 SELECT {_RUN_COLUMNS.format(metrics="s.metrics")}, s.last_step, f.verdict, f.onset_step, r.created_at
-                FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN f USING (run_id) {only.replace("run_id", "r.run_id")}
+                FROM runs r LEFT JOIN s USING (run_id) LEFT JOIN f USING (run_id) {"WHERE r.run_id = $id" if params else ""}
                 ORDER BY r.created_at, r.run_id
                 """, params
             ).df()

@@ -179,19 +179,14 @@ def lake_schema(schema: str) -> str:
 def ensure_layout(con) -> bool:
     """A catalog made before the values were sorted and zstd-compressed gets both (its files are
     rewritten so by the next merges); True when it had to."""
-    current = _first_value(con, f"SELECT value FROM {ALIAS}.options() WHERE option_name = 'parquet_compression'")
-    if current == COMPRESSION:
+    current = con.execute(f"SELECT value FROM {ALIAS}.options() WHERE option_name = 'parquet_compression'").fetchall()
+    if current == [(COMPRESSION,)]:
         return False
     con.execute("BEGIN TRANSACTION")
     con.execute(SORTED)
     con.execute(f"CALL {ALIAS}.set_option('parquet_compression', '{COMPRESSION}')")
     con.execute("COMMIT")
     return True
-
-
-def _first_value(con, sql: str):
-    row = con.execute(sql).fetchone()
-    return None if row is None else row[0]
 
 
 INLINE_ROWS = 10_000  # an insert of fewer rows is kept in the catalog, not written as a Parquet file
