@@ -126,8 +126,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
 
 # Originals whose unit differs from the canonical one: value * factor.
 SCALE: dict[str, float] = {"elapsed time per iteration (ms)": 1e-3,
-                           # Stable-Baselines3 logs the entropy bonus's loss: minus the entropy
-                           "train/entropy_loss": -1.0}
+                           # Stable-Baselines3 logs the entropy bonus's loss: minus the entropy (its CSV
+                           # and console exports, and the PPO code written after it, drop the "train/")
+                           "train/entropy_loss": -1.0, "entropy_loss": -1.0}
 
 # The keys that hold a structured record's step, first present wins. The outer counters of RL
 # loops that count rollouts come after the optimizer's names: the counter a run's progress is

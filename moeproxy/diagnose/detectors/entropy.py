@@ -53,7 +53,7 @@ RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
     "entropy_drop_reward_at_ceiling": "entropy falling after the reward rose to its ceiling (converged, not a collapse)",
-}, damage=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays",
+}, damage=("entropy_floor",), absorbs_spike=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays",
                                                              "entropy_stall_share", "entropy_stall_span")}))
 
 
@@ -197,9 +197,18 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     if got is None:
         return []
     name, s, start, end = got
-    vals = s.to_numpy()
-    if not start > 0 or end > cfg.entropy_floor_fraction * start:  # (a rise is entropy_blowup's)
+    if not start > 0:
         return []
+    if end > cfg.entropy_floor_fraction * start:  # (a rise is entropy_blowup's)
+        # LABELS.md "the anomalies that last": a collapse that held over a long stretch and then
+        # partly came back (the policy re-spread once the reward was falling) still lasted; it is
+        # read on the records up to where it came back
+        back = _lasting_floor_end(s, start, cfg)
+        if back is None:
+            return []
+        s = s[s.index < back]
+        end = tail_level(s.to_numpy())
+    vals = s.to_numpy()
     # LABELS.md: the collapse is the entropy below 10-20 % of its start, so it is dated by its fall
     # into the floor (``_into_floor_from``); when it never stays below it (it hovers at the floor),
     # from where it fell for good (a short baseline window follows the healthy early decay, so only
@@ -228,6 +237,13 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
             text += (f" (below the limit from step {floor_at}); {rname} rose until {ev.rec(r, onset)}, then went "
                      f"{ev.level_change(r, onset)} (stalled)")
             return [Finding(ENTROPY_COLLAPSE, onset, CRITICAL, name, "entropy_floor", text)]
+        peak = _reward_peak_after(run, rname, onset, noise, cfg)
+        if peak is not None:
+            # the reward still rose once the entropy was at the floor (sharpening), then fell: the
+            # collapse is from where it stopped improving (LABELS.md "reward flat or falling after")
+            r = run.get(rname)
+            text += f"; {rname} rose until {ev.rec(r, peak)}, then went {ev.level_change(r, peak)} (fell)"
+            return [Finding(ENTROPY_COLLAPSE, peak, CRITICAL, name, "entropy_floor", text)]
         ceiling = _at_ceiling(run.get(rname), noise)
         if ceiling is not None:  # LABELS.md: a reward that cannot improve did not stop improving
             r = ev.finite(run.get(rname))
@@ -239,6 +255,47 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
     else:
         text += "; no reward logged to confirm a stall"
     return [Finding(ENTROPY_COLLAPSE, onset, CRITICAL, name, "entropy_floor", text)]
+
+
+def _lasting_floor_end(s, start: float, cfg: DiagnoseConfig) -> int | None:
+    """The step at which an entropy that collapsed for a long stretch came back above the floor: its
+    rolling median (``spike_recover_records`` records) below ``entropy_floor_fraction`` of the start
+    over at least ``entropy_rise_share`` of the run's records (and that many records), then above it.
+    None when no stretch below the floor lasted that long."""
+    k = int(cfg.spike_recover_records)
+    below = (s.rolling(k, min_periods=1).median() <= cfg.entropy_floor_fraction * start).to_numpy()
+    n, need = len(below), max(k, int(np.ceil(cfg.entropy_rise_share * len(below))))
+    i = 0
+    while i < n:
+        if not below[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and below[j]:
+            j += 1
+        if j - i >= need and j < n:
+            return int(s.index[j])
+        i = j
+    return None
+
+
+def _reward_peak_after(run: RunSeries, rname: str, onset: int, noise: float, cfg: DiagnoseConfig) -> int | None:
+    """The step of the reward's highest level (rolling median over ``spike_recover_records``) after
+    ``onset`` when it rose there by more than a climb margin above its level at ``onset`` and then fell
+    below that level by the end (it lost more than it gained once the entropy was gone); None when it
+    did not rise after ``onset`` or kept some of its gain (then the collapse dates from ``onset``)."""
+    r = ev.finite(run.get(rname))
+    after = r[r.index >= onset]
+    if len(after) < 2 * cfg.spike_recover_records:
+        return None
+    level = after.rolling(int(cfg.spike_recover_records), min_periods=1).median()
+    vals = level.to_numpy(dtype=float)
+    top = int(np.argmax(vals))
+    margin = climb_margin(float(np.max(r.to_numpy())), noise)
+    at_onset = float(np.median(after.to_numpy()[:int(cfg.spike_recover_records)]))
+    if vals[top] - at_onset <= margin or vals[-1] >= at_onset or top >= len(vals) - 1:
+        return None
+    return int(after.index[top])
 
 
 def _into_floor_from(s, start: float, cfg: DiagnoseConfig) -> int | None:
