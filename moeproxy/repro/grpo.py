@@ -54,6 +54,8 @@ class GrpoConfig:
     clip_after_fault: bool = True  # False: gradient clipping removed from fault_step
     compute_dtype: str = "float32"  # trainer forward/backward precision
     loss_scale: float = 1.0  # static loss scale of the fp16 trainer (no dynamic back-off)
+    loss_scale_after_fault: float | None = None  # the static loss scale from fault_step (a restart
+    # that reads another scale: every update whose scaled gradients pass 65504 is skipped)
     rollout_dtype: str = "float32"  # rollout engine weights/compute precision
     rollout_dtype_after_fault: str | None = None  # the engine's precision from fault_step
     old_logprobs_from_rollout: bool = False  # use engine log-probs as pi_old, no IS correction
@@ -77,6 +79,12 @@ class GrpoConfig:
 
     def fault_active(self, step: int) -> bool:
         return self.fault_step is not None and step >= self.fault_step
+
+    def loss_scale_at(self, step: int) -> float:
+        """The fp16 trainer's static loss scale at ``step``."""
+        if self.loss_scale_after_fault is not None and self.fault_active(step):
+            return self.loss_scale_after_fault
+        return self.loss_scale
 
 
 def _has_router_family(model) -> bool:
@@ -251,7 +259,7 @@ class GrpoTrainer:
             metrics["actor/kl_loss"] = update["kl_loss"]
             metrics["actor/kl_coef"] = c.kl_coef
         if c.compute_dtype != "float32":
-            metrics["actor/loss_scale"] = c.loss_scale
+            metrics["actor/loss_scale"] = c.loss_scale_at(step)
             metrics["actor/skipped_steps"] = update["skipped"]
         metrics.update(routing["metrics"])
         for layer, shares in routing["load"].items():
@@ -314,22 +322,22 @@ class GrpoTrainer:
                 sums["ppo_kl"] += float(((old_lp[idx] - lp) * tmask).sum() / denom) / c.mini_batches
             sums["pg_loss"] += float(pg_loss.detach()) / c.mini_batches
             sums["aux_loss"] += float(aux.detach()) / c.mini_batches
-            grad_norm = self._backward_and_step(working, loss, clip)
+            grad_norm = self._backward_and_step(working, loss, clip, c.loss_scale_at(step))
             sums["grad_norm"] += grad_norm / c.mini_batches
             sums["skipped"] += int(not math.isfinite(grad_norm))
         return sums
 
-    def _backward_and_step(self, working, loss: torch.Tensor, clip: float | None) -> float:
+    def _backward_and_step(self, working, loss: torch.Tensor, clip: float | None, loss_scale: float = 1.0) -> float:
         self.optimizer.zero_grad(set_to_none=True)
         if working is self.model:
             loss.backward()
         else:
             # fp16/bf16 working copy: scaled backward in low precision, grads unscaled into fp32 master
             working.zero_grad(set_to_none=True)
-            (loss * self.config.loss_scale).backward()
+            (loss * loss_scale).backward()
             for master, low in zip(self.model.parameters(), working.parameters()):
                 if low.grad is not None:
-                    master.grad = low.grad.float() / self.config.loss_scale
+                    master.grad = low.grad.float() / loss_scale
         if working is self.model:
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
@@ -338,7 +346,7 @@ class GrpoTrainer:
             # fp32 upcast): it overflows once true_norm * loss_scale exceeds the dtype's max
             low_grads = [p.grad for p in working.parameters() if p.grad is not None]
             scaled = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in low_grads]))
-            norm = float(scaled) / self.config.loss_scale
+            norm = float(scaled) / loss_scale
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)  # skip the step, as verl's FSDP actor does
             return norm

@@ -259,11 +259,20 @@ BASELINES.add("dense", _dense_baseline)
 BASELINES.add("replica", _replica_baseline)
 
 
+def full_shape_key(spec: HarnessSpec) -> str | None:
+    """The full model's shape (``TinyMoeShape.key``): the scenario's settings calibrated for it
+    (``scenarios.CALIBRATED``) apply to every side of the pair, proxy and baselines included."""
+    from moeproxy.repro.tiny_moe import TinyMoeShape
+
+    config = _full_dir(spec) / "config.json"
+    return TinyMoeShape.from_config(json.loads(config.read_text())).key if config.is_file() else None
+
+
 def _train(model, tokenizer, spec: HarnessSpec, log_path: Path, **extra) -> dict:
     from moeproxy.repro.grpo import run_grpo
     from moeproxy.repro.scenarios import get_scenario
 
-    config = get_scenario(spec.scenario).config(spec.steps, spec.seed, **extra)
+    config = get_scenario(spec.scenario).config(spec.steps, spec.seed, shape_key=full_shape_key(spec), **extra)
     summary = run_grpo(model, tokenizer, config, log_path)
     summary.pop("config", None)
     return summary
@@ -364,7 +373,8 @@ def run_pair(spec: HarnessSpec, log=print) -> dict:
     result.update({
         "scenario": {"name": scenario.name, "description": scenario.description,
                      "expected_verdict": scenario.expected_verdict,
-                     "config": asdict(scenario.config(spec.steps, spec.seed))},
+                     "config": asdict(scenario.config(spec.steps, spec.seed, shape_key=full_shape_key(spec))),
+                     "full_shape": full_shape_key(spec)},
         "keep_ratio": spec.keep_ratio,
         "seed": spec.seed,
         "steps": spec.steps,

@@ -28,6 +28,11 @@ FSDP actor: a small, normal train-vs-rollout probability gap, pi_old recomputed 
   the run (down to 2), as an engine computing router logits in low precision; the engine routes more
   and more tokens to other experts than the trainer, whose fp32 log-probs are compared with the
   engine's (engine log-probs are pi_old, no correction). Everything else is as ``healthy``.
+
+A full model of a shape listed in ``CALIBRATED`` (the 50 M, 64-expert model) runs that shape's
+settings on top of these, and so do its proxy and baselines: there the overflow is the fp16
+trainer's static loss scale raised to 2^32 at the fault step, the routing collapse a load-balancing loss of the wrong sign with
+the router's learning rate x30, the routing mismatch starts at 4 bits (see the comments there).
 """
 
 from __future__ import annotations
@@ -50,10 +55,17 @@ class Scenario:
     overrides: dict = field(default_factory=dict)
     fault_at: float | None = None  # fraction of the run where the fault starts
 
-    def config(self, steps: int, seed: int, **extra) -> GrpoConfig:
+    def overrides_for(self, shape_key: str | None = None) -> dict:
+        """This scenario's settings for a full model of shape ``shape_key`` (``TinyMoeShape.key``):
+        the defaults, with the settings calibrated for that shape (``CALIBRATED``) on top."""
+        return {**self.overrides, **CALIBRATED.get(shape_key or "", {}).get(self.name, {})}
+
+    def config(self, steps: int, seed: int, shape_key: str | None = None, **extra) -> GrpoConfig:
+        """The run's ``GrpoConfig``. ``shape_key``: the FULL model's shape, also for its proxy and
+        baselines (every side of a comparison runs the same fault)."""
         fault_step = None if self.fault_at is None else max(2, int(round(self.fault_at * steps)) + 1)
         return GrpoConfig(steps=steps, seed=seed, fault_step=fault_step,
-                          **{**COMMON_SETTINGS, **self.overrides, **extra})
+                          **{**COMMON_SETTINGS, **self.overrides_for(shape_key), **extra})
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -77,6 +89,33 @@ SCENARIOS: dict[str, Scenario] = {
                  "routing_collapse", {"router_lr_multiplier": 1000.0, "aux_loss_coef_after_fault": 0.0},
                  fault_at=0.4),
     )
+}
+
+
+# Settings calibrated for a full model of one shape (``TinyMoeShape.key``) with
+# ``bench/scenario_check.py``, so that the full run's own diagnosis reads the intended category
+# there; a shape not listed runs the defaults above (calibrated on the bundled tiny MoE). Every side
+# of a comparison (proxy, baselines) runs its full model's settings.
+CALIBRATED: dict[str, dict[str, dict]] = {
+    # ~51 M parameters, 64 experts, top-4 (README "A first grid at 50 M"), pretrained 1,500 steps to
+    # 0.899 exact match: nearly every answer is right, so most GRPO steps have equal rewards in every
+    # group (no policy gradient; grad norm ~0.003 from the load-balancing and KL terms only).
+    "h256-i256-l4-e64-k4-a4": {
+        # lr x10 / no clipping made the gradients grow first (a divergence) and overflowed only on
+        # the few learning steps after it; here the fault is the loss scale itself: the fp16 trainer
+        # (static scale 2048, as by default) restarts at the fault step with a static scale of 2^32
+        # (Megatron's --initial-loss-scale read as a fixed scale), so every update from there
+        # overflows and is skipped; learning rate and clipping unchanged
+        "overflow": {"loss_scale_after_fault": 2.0 ** 32, "lr_multiplier": 1.0, "clip_after_fault": True},
+        # router lr x1000 scrambled the routing and blew the policy up in the same step: here the
+        # load-balancing loss enters with the wrong sign (coefficient -0.1: it rewards imbalance) and
+        # the router's learning rate is x30, so routing concentrates step by step from the fault on
+        # (aux loss, router entropy, load imbalance) and the policy degrades a few steps later
+        "routing_collapse": {"router_lr_multiplier": 30.0, "aux_loss_coef_after_fault": -0.1},
+        # 64 experts from a 256-wide router hardly change their top-4 at 6 or 5 bits: start at 4 bits
+        # (3 bits 4 steps later, then 2), so the gap opens within the first tenth after the fault
+        "routing_mismatch": {"rollout_router_bits_after_fault": 4},
+    },
 }
 
 

@@ -30,6 +30,8 @@ def test_pair_writes_fidelity_json_and_stores_both_runs(pair):
     assert saved["full"]["verdict"] == "divergence"  # lr x10 without clipping at step 9
     assert saved["full"]["onset_step"] >= 9
     assert saved["proxy_build"]["experts_after"] == 8
+    # the scenario's settings are the full model's shape's (scenarios.CALIBRATED), on both sides
+    assert saved["scenario"]["full_shape"] == "h64-i32-l3-e32-k4-a4"
     assert saved["cost"]["parameters"]["ratio"] < 0.5
     from moeproxy.store import Store
 

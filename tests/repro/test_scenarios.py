@@ -66,3 +66,33 @@ def test_routing_mismatch_quantises_only_the_engines_routers_coarser_over_the_ru
     assert distinct[0] <= 2 ** 6 - 1 and distinct[1] <= 3 and distinct[1] < distinct[0]
     assert all(torch.equal(a, b) for a, b in zip(before, _router_parameters(trainer.model)))  # trainer untouched
     assert trainer._rollout_engine(12)[0] is trainer.model  # before the fault: the fp32 model itself
+
+
+def test_a_shapes_calibrated_settings_apply_to_every_side_and_only_to_that_shape(monkeypatch):
+    """Settings calibrated for one full-model shape (scenarios.CALIBRATED) sit on top of the
+    scenario's defaults for that shape only; an explicit override still wins."""
+    from moeproxy.repro import scenarios
+
+    monkeypatch.setitem(scenarios.CALIBRATED, "h8-i8-l1-e8-k2-a2", {"routing_mismatch": {"rollout_router_bits_after_fault": 3}})
+    scenario = get_scenario("routing_mismatch")
+    assert scenario.config(30, 0).rollout_router_bits_after_fault == 6
+    assert scenario.config(30, 0, shape_key="h8-i8-l1-e8-k2-a2").rollout_router_bits_after_fault == 3
+    assert scenario.config(30, 0, shape_key="h9-i8-l1-e8-k2-a2").rollout_router_bits_after_fault == 6
+    assert scenario.config(30, 0, shape_key="h8-i8-l1-e8-k2-a2", rollout_router_bits_after_fault=5).rollout_router_bits_after_fault == 5
+
+
+def test_a_loss_scale_raised_at_the_fault_step_skips_every_update_from_there(tmp_path):
+    """loss_scale_after_fault: the fp16 trainer's static scale from the fault step (the 50 M overflow):
+    finite grad norms before, every update overflowing (non-finite, skipped) after; the scale logged."""
+    from moeproxy.repro.grpo import GrpoConfig
+
+    model, tok = load_tiny_moe()
+    config = GrpoConfig(steps=4, fault_step=3, compute_dtype="float16", loss_scale=64.0,
+                        loss_scale_after_fault=2.0 ** 32, prompts_per_step=2, group_size=4)
+    assert [config.loss_scale_at(s) for s in (1, 2, 3, 4)] == [64.0, 64.0, 2.0 ** 32, 2.0 ** 32]
+    run_grpo(model, tok, config, tmp_path / "p.jsonl")
+    records = [r["data"] for r in read_verl_jsonl(tmp_path / "p.jsonl")]
+    assert [d["actor/loss_scale"] for d in records] == [64.0, 64.0, 2.0 ** 32, 2.0 ** 32]
+    norms = [d["actor/grad_norm"] for d in records]
+    assert all(n == n for n in norms[:2]) and all(n != n for n in norms[2:])
+    assert [d["actor/skipped_steps"] for d in records[2:]] == [2, 2]  # both mini-batches skipped
