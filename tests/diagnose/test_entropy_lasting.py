@@ -18,6 +18,12 @@ def _steps(n):
     return np.arange(1, n + 1) * 2048
 
 
+def _diagnose(entropy, reward):
+    steps = _steps(len(entropy))
+    return diagnose_series({"policy_entropy": pd.Series(entropy, index=steps),
+                            "reward_mean": pd.Series(reward, index=steps)})
+
+
 def test_a_collapse_that_held_for_long_then_partly_came_back_is_still_a_collapse():
     n = 120
     rng = np.random.default_rng(5)
@@ -26,8 +32,7 @@ def test_a_collapse_that_held_for_long_then_partly_came_back_is_still_a_collapse
     entropy[100:] = 0.6                                          # re-spread to 22 % of its start
     # still rising for 10 records once the entropy was gone, then below where it was for good
     reward = np.r_[np.linspace(-1800, -100, 50), np.linspace(-100, -1500, 70)] + rng.normal(0, 10, n)
-    res = diagnose_series({"policy_entropy": pd.Series(entropy, index=_steps(n)),
-                           "reward_mean": pd.Series(reward, index=_steps(n))})
+    res = _diagnose(entropy, reward)
     assert res["verdict"] == "entropy_collapse", res["findings"]
     # the collapse is from the reward's peak
     assert abs(res["onset_step"] - 50 * 2048) <= 4 * 2048, res["onset_step"]
@@ -39,8 +44,7 @@ def test_an_entropy_that_came_back_after_a_short_dip_is_no_collapse():
     entropy = np.full(n, 2.7) * np.exp(rng.normal(0, 0.03, n))
     entropy[40:45] = 0.02                                        # five records: a dip, not a stretch
     reward = np.r_[np.linspace(-1800, -100, 50), np.linspace(-100, -550, 70)] + rng.normal(0, 10, n)
-    res = diagnose_series({"policy_entropy": pd.Series(entropy, index=_steps(n)),
-                           "reward_mean": pd.Series(reward, index=_steps(n))})
+    res = _diagnose(entropy, reward)
     assert not any(f["rule"] == "entropy_floor" for f in res["findings"]), res["findings"]
 
 
@@ -51,8 +55,7 @@ def test_a_reward_that_kept_some_of_its_gain_leaves_the_collapse_where_the_entro
     # +0.6 after the entropy fell, then back by 0.3 only: above where it was when the entropy went
     reward = np.r_[np.linspace(12, 15, 30), np.linspace(15, 15.6, 30), np.linspace(15.6, 15.3, 60)]
     reward = reward + rng.normal(0, 0.02, n)
-    res = diagnose_series({"policy_entropy": pd.Series(entropy, index=_steps(n)),
-                           "reward_mean": pd.Series(reward, index=_steps(n))})
+    res = _diagnose(entropy, reward)
     assert res["verdict"] == "entropy_collapse", res["findings"]
     assert abs(res["onset_step"] - 31 * 2048) <= 2 * 2048, res["onset_step"]
 

@@ -84,3 +84,18 @@ def test_a_rank_out_of_range_in_the_directory_name_is_named_not_wrapped(tmp_path
     path.write_text("step,loss\n1,0.5\n2,0.4\n")
     with pytest.raises(InputError, match="rank 99999999999 is out of range"):
         parse_file(path)
+
+
+def test_a_wandb_panel_of_several_runs_is_one_run_each(tmp_path):
+    # W&B's "Export CSV" of a panel: "<run> - <metric>" for each run shown, envelopes beside
+    path = tmp_path / "panel.csv"
+    path.write_text('"Step","lr1e-3 - train/loss","lr1e-3 - train/loss__MIN","lr1e-3 - train/loss__MAX",'
+                    '"lr3e-2 - train/loss","lr3e-2 - train/loss__MIN","lr3e-2 - train/loss__MAX"\n'
+                    + "".join(f'"{s}","{3 - s / 10}","0","9","{3 - s / 10 if s < 6 else 9.0}","0","9"\n'
+                              for s in range(12)))
+    parsed = parse_file(path)
+    assert parsed.format == "wandb-csv" and set(parsed.arms) == {"lr1e-3", "lr3e-2"}
+    for arm, frame in parsed.arms.items():
+        assert frame["metric"].astype(str).unique().tolist() == ["train/loss"] and frame["step"].tolist() == list(range(12))
+    assert parsed.arms["lr3e-2"]["value"].tolist()[-1] == 9.0 and parsed.arms["lr1e-3"]["value"].tolist()[-1] == 1.9
+    assert any("2 runs" in note for note in parsed.notes)

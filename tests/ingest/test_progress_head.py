@@ -32,4 +32,17 @@ def test_a_bar_that_carries_metrics_is_a_record_not_a_redraw(tmp_path):
         for i in range(1, 30)))
     parsed = parse_file(log)
     loss = parsed.frame[parsed.frame.metric == "loss"]
-    assert len(loss) == 29 and loss["step"].min() == 1
+    # (Lightning's "Epoch 1" is the second epoch: its batches run on from the first's 100)
+    assert len(loss) == 29 and loss["step"].min() == 101
+
+
+def test_a_lightning_bar_counts_the_batches_of_the_epoch_it_names(tmp_path):
+    # PyTorch Lightning prints its bar per batch, the epoch first: the step runs on across epochs
+    lines = [f"Epoch {e}:  {100 * b // 4}%|▉         | {b}/4 [00:0{b}<00:01,  2.17it/s, v_num=11, train_loss={5 - e - b / 10:.3f}]"
+             for e in range(3) for b in range(1, 5)]
+    path = tmp_path / "lightning.log"
+    path.write_text("\n".join(lines) + "\n")
+    frame = parse_file(path).frame
+    loss = frame[frame["metric"] == "train_loss"]
+    assert loss["step"].tolist() == [4 * e + b for e in range(3) for b in range(1, 5)]
+    assert loss["value"].tolist()[:2] == [4.9, 4.8] and loss["attempt"].eq(0).all()

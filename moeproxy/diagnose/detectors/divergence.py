@@ -145,9 +145,10 @@ def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     if v.size < 3:
         return None
     # its best level so far: the lowest median of ``rise_level_share`` of the log's consecutive
-    # records (one record in a log of fewer than 40: 8 sparse records read at their own
-    # resolution; in a noisy loss of thousands of records the luckiest one is an outlier low)
-    window = max(1, int(v.size * cfg.rise_level_share))
+    # records, and of three once the log has thirty (one record in a log of fewer than twenty: 8
+    # sparse records read at their own resolution; in a noisy loss the luckiest record is an
+    # outlier low, no level)
+    window = max(1, min(3, v.size // 10), int(v.size * cfg.rise_level_share))
     level = pd.Series(v).rolling(window, min_periods=1).median().to_numpy()
     best = np.minimum.accumulate(level)
     # the smallest value from each record to the end: the rise must hold for every later record

@@ -84,14 +84,10 @@ def _lasting_rises(s, start: float, cfg: DiagnoseConfig):
     k = int(cfg.spike_recover_records)
     vals = s.to_numpy(dtype=float)
     above = s.rolling(k, min_periods=1).median().to_numpy() >= 2 * start
-    n, i = len(vals), int(np.argmin(above)) if not above.all() else len(vals)
-    while i < n:
-        if not above[i]:
-            i += 1
+    n = len(vals)
+    for i, j in _stretches(above):
+        if i == 0:  # the log opens above it: still in its early fall
             continue
-        j = i
-        while j < n and above[j]:
-            j += 1
         if j == n or j - i >= max(k, cfg.entropy_rise_share * n):
             # dated from the raw record from which it held above the doubling (the median lags)
             first = max(0, i - k // 2)
@@ -99,7 +95,6 @@ def _lasting_rises(s, start: float, cfg: DiagnoseConfig):
             on = first + int(np.argmax(raw)) if raw.any() else i
             held = float(np.median(vals[on:j]))
             yield int(s.index[on]), (int(s.index[j]) if j < n else None), held
-        i = j
 
 
 def _entropy(run: RunSeries, cfg: DiagnoseConfig):
@@ -265,18 +260,24 @@ def _lasting_floor_end(s, start: float, cfg: DiagnoseConfig) -> int | None:
     k = int(cfg.spike_recover_records)
     below = (s.rolling(k, min_periods=1).median() <= cfg.entropy_floor_fraction * start).to_numpy()
     n, need = len(below), max(k, int(np.ceil(cfg.entropy_rise_share * len(below))))
-    i = 0
+    for i, j in _stretches(below):
+        if j - i >= need and j < n:
+            return int(s.index[j])
+    return None
+
+
+def _stretches(mask: np.ndarray):
+    """(first, end) of each run of True in ``mask``, in order (``end`` exclusive)."""
+    n, i = len(mask), 0
     while i < n:
-        if not below[i]:
+        if not mask[i]:
             i += 1
             continue
         j = i
-        while j < n and below[j]:
+        while j < n and mask[j]:
             j += 1
-        if j - i >= need and j < n:
-            return int(s.index[j])
+        yield i, j
         i = j
-    return None
 
 
 def _reward_peak_after(run: RunSeries, rname: str, onset: int, noise: float, cfg: DiagnoseConfig) -> int | None:

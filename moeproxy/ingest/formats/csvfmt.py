@@ -2,7 +2,8 @@
 
 - W&B: a ``Step`` (or ``_step``) column; value columns may read ``<run> - <metric>`` with
   ``__MIN``/``__MAX`` envelope columns (dropped: they are W&B's own downsampling). Empty cells
-  mean "not logged at this step" and are left out; ``nan``/``inf``/``null`` cells are values.
+  mean "not logged at this step" and are left out; ``nan``/``inf``/``null`` cells are values. A
+  panel exported with several runs side by side holds one run per ``<run>`` (``ParsedLog.arms``).
 - msprobe monitor: header ``vpp_stage,name,step[,micro_step],<ops...>``; each ``name``/op pair
   becomes a metric ``<name>/<op>``; the rank comes from the ``...-rank<R>-...`` directory.
 - Generic: any table with a step-like column, or numeric columns only (row index = step); a table
@@ -167,15 +168,24 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         if prefixes:
             fmt, framework = "wandb-csv", "wandb"
         numeric = {c: col for c in values if (col := _numeric(df[c])) is not None}
-        rows = _wide_rows(steps, numeric, names, rank, len(df))
-        if rows is None:  # the careful way: a record per row
-            for i in range(len(df)):
-                if steps is not None and steps[i] is None:
-                    continue
-                record = {names[c]: vals[i] for c, (vals, present) in numeric.items() if present[i]}
-                table.add_dict(steps[i] if steps is not None else i, record, rank=rank)
-            rows = table.columns()
-        skipped = 0 if steps is None else sum(step is None for step in steps)
+        if len(prefixes) > 1 and all(" - " in c for c in numeric):
+            # a W&B panel of several runs: each run its own series (the same metric of eight runs is
+            # eight runs' metric, not eight metrics of one)
+            arms = {}
+            for prefix in sorted(prefixes, key=[c.split(" - ", 1)[0] for c in numeric].index):
+                mine = {c: col for c, col in numeric.items() if c.split(" - ", 1)[0] == prefix}
+                arm = _long_rows(steps, mine, {c: c.split(" - ", 1)[1] for c in mine}, rank, len(df))
+                if len(arm.step):
+                    arms[prefix] = arm.to_frame()
+            if len(arms) > 1:
+                first = next(iter(arms.values()))
+                parsed = ParsedLog(src.path, fmt, framework, src.sha256, first, skipped_steps(steps) + bad,
+                                   steps is None, notes=_bad_rows_note(bad, len(columns))
+                                   + [f"a W&B panel of {len(arms)} runs: one run each"])
+                parsed.arms = arms
+                return parsed
+        rows = _long_rows(steps, numeric, names, rank, len(df))
+        skipped = skipped_steps(steps)
         from_index = steps is None
         if framework == "unknown":
             framework = guess_framework(rows.names)
@@ -183,6 +193,26 @@ def parse_csv(src: SourceFile) -> ParsedLog:
                          notes=_bad_rows_note(bad, len(columns)))
     return ParsedLog(src.path, fmt, framework, src.sha256, table.columns(), skipped + bad, from_index,
                      notes=_bad_rows_note(bad, len(columns)))
+
+
+def _long_rows(steps: list | None, numeric: dict, names: dict, rank: int, n: int):
+    """The long table of a wide table's numeric columns: ``_wide_rows``, or the careful way where it
+    cannot (a record per row, through a ``LogTable``)."""
+    rows = _wide_rows(steps, numeric, names, rank, n)
+    if rows is not None:
+        return rows
+    table = LogTable()
+    for i in range(n):
+        if steps is not None and steps[i] is None:
+            continue
+        record = {names[c]: vals[i] for c, (vals, present) in numeric.items() if present[i]}
+        table.add_dict(steps[i] if steps is not None else i, record, rank=rank)
+    return table.columns()
+
+
+def skipped_steps(steps: list | None) -> int:
+    """Rows whose step cell could not be read (none when the row index is the step)."""
+    return 0 if steps is None else sum(step is None for step in steps)
 
 
 def _bad_rows_note(bad: int, width: int) -> list[str]:

@@ -282,20 +282,58 @@ def parse_jsonl(src: SourceFile) -> ParsedLog:
     )
 
 
-def _load_whole(src: SourceFile):
+def _load_whole(src: SourceFile) -> tuple[object, list[str]]:
+    """(document, warnings). A document cut mid-write or mid-copy (a job killed while writing its
+    ``trainer_state.json``, a log pasted in part) is read up to its last complete record, with a
+    warning naming where it was cut; one malformed elsewhere is refused."""
     text = src.read_text()
     try:
-        return _loads(text)
+        return _loads(text), []
     except ValueError as exc:
         line = getattr(exc, "lineno", None)
         where = f"line {line}: " if line else ""
         if not text.rstrip().endswith(("}", "]")):
-            raise InputError(f"{src.path}: {where}truncated JSON document") from None
+            doc, kept = _complete_prefix(text)
+            if doc is None:
+                raise InputError(f"{src.path}: {where}truncated JSON document (no complete record before the "
+                                 f"cut)") from None
+            cut = text.count("\n", 0, kept) + 1
+            return doc, [f"line {cut}: the JSON document is cut off after it (truncated): read up to its last "
+                         f"complete record; its last {len(text) - kept} characters left out"]
         raise InputError(f"{src.path}: {where}malformed JSON ({getattr(exc, 'msg', exc)})") from None
 
 
+def _complete_prefix(text: str, tries: int = 64):
+    """(document, characters kept) of the longest prefix of ``text`` that ends a record (a ``}``)
+    and parses once the brackets still open there are closed; (None, 0) when none of the last
+    ``tries`` such prefixes does."""
+    stack, ends, in_string, escaped = [], [], False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}" and stack:
+            stack.pop()
+            if ch == "}" and stack and stack[-1] == "]":  # a record of a list just closed
+                ends.append((i + 1, "".join(reversed(stack))))
+    for end, closers in reversed(ends[-tries:]):
+        try:
+            return _loads(text[:end] + closers), end
+        except ValueError:
+            continue
+    return None, 0
+
+
 def parse_trainer_state(src: SourceFile) -> ParsedLog:
-    doc = _load_whole(src)
+    doc, warnings = _load_whole(src)
     history = doc.get("log_history") if isinstance(doc, dict) else None
     if not isinstance(history, list):
         raise InputError(f"{src.path}: no log_history list in this trainer_state.json")
@@ -305,12 +343,12 @@ def parse_trainer_state(src: SourceFile) -> ParsedLog:
     framework = guess_framework(table.metric_names)
     return ParsedLog(
         src.path, "hf-trainer-state", "trl" if framework == "trl" else "hf-trainer", src.sha256,
-        table.columns(), len(history) - len(records), from_index,
+        table.columns(), len(history) - len(records), from_index, warnings=warnings,
     )
 
 
 def parse_json_records(src: SourceFile) -> ParsedLog:
-    doc = _load_whole(src)
+    doc, warnings = _load_whole(src)
     if not isinstance(doc, list):
         raise InputError(f"{src.path}: expected a JSON array of records")
     records = [r for r in doc if isinstance(r, dict)]
@@ -318,7 +356,7 @@ def parse_json_records(src: SourceFile) -> ParsedLog:
     from_index = _records_to_table(records, table)
     return ParsedLog(
         src.path, "json-records", guess_framework(table.metric_names), src.sha256, table.columns(),
-        len(doc) - len(records), from_index,
+        len(doc) - len(records), from_index, warnings=warnings,
     )
 
 

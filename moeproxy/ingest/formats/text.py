@@ -7,7 +7,9 @@ pairs: nanoGPT ``iter 100: loss 2.34, time 45.6ms, mfu 12.3%``, torchtitan
 1.0e-05``, ``step=5 loss=2.1 gnorm=0.8``, tqdm ``450/1000 [01:23<01:40, loss=2.3]``. Timestamps
 and rank prefixes are tolerated; keys are lower-cased. A file with no step counter but an epoch
 counter (``epoch: 3 loss: 1.2 acc: 0.5``) uses the epoch as the step. When no line has a counter,
-lines with at least two numeric pairs are records and their index is the step. A loss scaler's
+lines with at least two numeric pairs are records and their index is the step; a log of one metric
+a line (``Mean Reward: 70.3``, the same key on at least 8 lines and most of those holding one pair)
+is read the same way. A loss scaler's
 overflow line without a counter (``moeproxy.ingest.events``) is one skipped update, stored at the
 step being attempted.
 """
@@ -32,6 +34,9 @@ STEP = re.compile(
 )
 # a tqdm bar: ``| 5/300 [`` or, drawn without its bar (no terminal), ``  1% 1/184 [``
 TQDM = re.compile(r"(?:\||\d%)\s*(\d+)/(\d+)\s*\[")
+# PyTorch Lightning's progress bar, ``Epoch 3:  9%|▉    | 66/704 [00:30<04:54, 2.17it/s, train_loss=4.6]``:
+# the bar counts the batches of the epoch it names (from 0), so the step runs on across epochs
+LIGHTNING_BAR = re.compile(r"(?<![\w/])Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")
 # mmengine (xtuner, mmdet): ``Epoch(train) [2][200/735]`` (epoch, iteration in it) or ``Iter(train) [240/3000]``
 MMENGINE_TIMINGS = frozenset({"eta", "time", "data_time", "memory"})
 MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s*\])?\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
@@ -242,6 +247,10 @@ def find_step(line: str) -> tuple[int, str] | None:
     if m:  # PyTorch examples' ``| epoch   2 |   200/ 2983 batches |``: the batch counter restarts each epoch
         epoch, it, per_epoch = int(m.group(1)), int(m.group(2)), int(m.group(3))
         return max(epoch - 1, 0) * per_epoch + it, line[: m.start()] + " , " + line[m.end():]
+    m = LIGHTNING_BAR.search(line)
+    if m:
+        epoch, it, per_epoch = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        return epoch * per_epoch + it, line[: m.start()] + " , " + line[m.end():]
     m = TQDM.search(line)
     if m:
         before, rest = line[: m.start()], line[m.end():]
@@ -367,10 +376,12 @@ def parse_text(src: SourceFile) -> ParsedLog:
         entries = [entry for entry in entries if entry[0] != PENDING]
     elif pending:  # lines of two or more pairs with no counter: records by their index
         resolved = []
-        for entry_kind, counter, rank, line in entries:
+        pairs = {i: extract_pairs(entry[3]) for i, entry in enumerate(entries) if entry[0] == PENDING}
+        single = _one_metric_key(pairs.values())
+        for i, (entry_kind, counter, rank, line) in enumerate(entries):
             if entry_kind == PENDING:
-                record = extract_pairs(line)
-                if len(record) < 2:
+                record = pairs[i]
+                if len(record) < 2 and not (single is not None and list(record) == [single]):
                     skipped += 1
                     continue
                 entry_kind, line = INDEXLESS, record
@@ -440,7 +451,28 @@ def sniff_text(src: SourceFile) -> float:
         return 0.4  # many counted records: a pasted table or key=value config before them is preamble
     if with_step:
         return 0.3
-    return 0.2 if _mostly_pairs(lines) else 0.0
+    if _mostly_pairs(lines):
+        return 0.2
+    # one metric a line, no counter: the least likely reading, taken only where no other fits
+    return 0.1 if _one_metric_key(extract_pairs(_strip(raw[:HEAD_BYTES])) for raw in lines) is not None else 0.0
+
+
+def _one_metric_key(records) -> str | None:
+    """The key of a log that prints one metric per line with no counter (``Mean Reward: 70.3``, a
+    line per summary): where no line holds two pairs, the one key that at least
+    ``LOOK_PAST_RECORDS`` one-pair lines share and that the log's other one-pair lines do not
+    outnumber; None otherwise (a config dump names a key per line)."""
+    keys: dict[str, int] = {}
+    for record in records:
+        if len(record) >= 2:
+            return None
+        if len(record) == 1:
+            key = next(iter(record))
+            keys[key] = keys.get(key, 0) + 1
+    if not keys:
+        return None
+    key, count = max(keys.items(), key=lambda kv: kv[1])
+    return key if count >= LOOK_PAST_RECORDS and 2 * count >= sum(keys.values()) else None
 
 
 def _mostly_pairs(lines: list[str]) -> bool:
