@@ -34,7 +34,7 @@ CASES = {
     "mindspeed_rl.log": ("mindspeed-rl", "mindspeed-rl", {
         "grad_norm": {1: 0.3311, 2: math.nan}, "reward_mean": {2: 0.43}, "step_time": {1: 120.5012},
         "lr": {1: 1e-06}}),
-    "hf_console.log": ("printed-dicts", "hf-trainer", {"loss": {0: 2.075}, "grad_norm": {1: math.nan}}),
+    "hf_console.log": ("printed-dicts", "hf-trainer", {"loss": {1: 2.075}, "grad_norm": {2: math.nan}}),
     "openrlhf.log": ("printed-dicts", "openrlhf", {"grad_norm": {1: 0.8812, 2: 0.911}, "loss": {2: 0.0151},
                                                    "reward_mean": {1: 0.25}}),
     "slime.log": ("printed-dicts", "slime", {"grad_norm": {1: 0.52, 2: math.nan}, "loss": {1: 0.011},
@@ -95,7 +95,8 @@ def test_nonfinite_values_are_counted_and_kept(tmp_path):
 def test_record_index_stands_in_for_a_missing_step_counter(tmp_path):
     parsed = parse_file(LOGS / "hf_console.log")
     assert parsed.step_from_index
-    assert sorted(parsed.frame["step"].unique()) == [0, 1, 2, 3]
+    # counted from 1, as HF's global step is (its first log follows the first optimizer step)
+    assert sorted(parsed.frame["step"].unique()) == [1, 2, 3, 4]
     assert not parse_file(LOGS / "megatron.log").step_from_index
 
 

@@ -65,8 +65,11 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
     def flush(bar: int | None) -> None:
         nonlocal index, from_index
         for record, rank in pending:
-            if bar is None or not bar_dates:
-                step, from_index = index, True
+            if bar is None or not bar_dates or bar == 0:
+                # counted from 1, as the trainer's own global step is (HF Trainer logs after an
+                # optimizer step: its first record is step 1) and as the bar's counter dates them;
+                # a bar still at 0 dates nothing (no step was taken yet)
+                step, from_index = index + 1, True
             else:
                 step = bar
             index += 1
