@@ -64,8 +64,11 @@ def _rising_gap(name: str, series, cfg: DiagnoseConfig, limit: float, rule: str)
     s = s[np.isfinite(s.to_numpy())]
     if len(s) <= cfg.min_history:
         return None
-    shift = sustained_shift(s, +1, factor=cfg.logprob_diff_growth, z=cfg.robust_z, visible=cfg.onset_visible_share,
-                            min_history=cfg.min_history)
+    # the departure that lasts is where the gap opened: a bump of a few learning steps that came
+    # back before it (under the limit) is not (the first departure otherwise, recovered or not)
+    kw = dict(factor=cfg.logprob_diff_growth, z=cfg.robust_z, visible=cfg.onset_visible_share,
+              min_history=cfg.min_history)
+    shift = sustained_shift(s, +1, lasting_only=True, **kw) or sustained_shift(s, +1, **kw)
     if shift is not None and shift.peak > limit:
         # the engines' disagreement is a property of their kernels and dtypes: it stays. A gap that
         # rises and comes back by itself went with a passing change of the policy (degenerate
