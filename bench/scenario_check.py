@@ -21,13 +21,6 @@ import time
 from pathlib import Path
 
 
-def diagnose_log(path: Path) -> dict:
-    from moeproxy.diagnose import diagnose_frame
-    from moeproxy.diagnose.record import load_target
-
-    return diagnose_frame(load_target(str(path), None)[1])
-
-
 def _value(text: str):
     try:
         return ast.literal_eval(text)
@@ -36,6 +29,7 @@ def _value(text: str):
 
 
 def main(argv=None) -> int:
+    from moeproxy.diagnose.evaluation import diagnose_path
     from moeproxy.repro.scenarios import SCENARIOS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,7 +68,7 @@ def main(argv=None) -> int:
                 started = time.perf_counter()
                 run_grpo(model, tokenizer, config, log)
                 seconds = round(time.perf_counter() - started, 1)
-            d = diagnose_log(log)
+            d = diagnose_path(log)  # as `moeproxy diagnose LOG` reads it
             critical = sorted(((f["onset_step"] if f.get("onset_step") is not None else -1), f["category"],
                                f.get("rule"), f.get("metric"))
                               for f in d.get("findings", []) if f.get("severity") == "critical")

@@ -250,6 +250,20 @@ def holds_from(mask: np.ndarray, share: float) -> np.ndarray:
     return np.flatnonzero(m & (np.cumsum(m[::-1])[::-1] >= share * np.arange(m.size, 0, -1)))
 
 
+def stretches(mask: np.ndarray):
+    """(first, end) of each run of True in ``mask``, in order (``end`` exclusive)."""
+    n, i = len(mask), 0
+    while i < n:
+        if not mask[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and mask[j]:
+            j += 1
+        yield i, j
+        i = j
+
+
 def edge_count(n: int, share: float = 0.1, minimum: int = 3) -> int:
     """How many records a start or end level takes of ``n``: ``share`` of them, at least ``minimum``
     (the one rule the levels and the evidence that quotes them share)."""

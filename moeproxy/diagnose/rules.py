@@ -14,11 +14,9 @@ Properties:
   blow-up of two orders of magnitude): confidence may be high on it alone.
 - ``spike``: a short excursion that recovered (a warning); it becomes the cause when a lasting
   change (a ``damage`` rule) starts with it (the update that broke the policy).
-- ``damage``: a lasting change that a single bad update can leave behind (reward, entropy, KL).
-- ``absorbs_spike``: a lasting change that is itself the anomaly when a spike starts it (an
-  entropy collapse: LABELS.md takes the lasting anomaly, and one update that drove the policy toward
-  deterministic output did not blow it up): the spike stays a warning, and the change's own category
-  is the verdict.
+- ``damage``: a lasting change that a single bad update can leave behind when it blows the policy
+  up (reward, KL, an entropy blow-up; not an entropy collapse: one update that drove the policy toward
+  deterministic output did not blow it up, and LABELS.md takes the lasting collapse as the anomaly).
 - ``symptom_of``: labels whose lasting damage, when it starts with or before this rule's finding,
   makes the finding its symptom (a train/rollout gap opened by the policy blowing up).
 - ``chain``: the rule's place in the causal chain when it differs from its category's (an overflow
@@ -66,7 +64,6 @@ class Rule:
     decisive: bool = False
     spike: bool = False
     damage: bool = False
-    absorbs_spike: bool = False
     symptom_of: tuple[str, ...] = ()
     chain: float | None = None
     thresholds: tuple[str, ...] = ()
@@ -85,7 +82,7 @@ RULES: Registry[Rule] = Registry("rule")
 
 
 def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...] = (),
-            spike: tuple[str, ...] = (), damage: tuple[str, ...] = (), absorbs_spike: tuple[str, ...] = (),
+            spike: tuple[str, ...] = (), damage: tuple[str, ...] = (),
             symptom_of: dict[str, tuple[str, ...]] | None = None,
             chain: dict[str, float] | None = None,
             thresholds: dict[str, tuple[str, ...]] | None = None) -> dict[str, Rule]:
@@ -94,7 +91,7 @@ def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...
     out = {}
     for name, what in measures.items():
         rule = Rule(name, category, what, decisive=name in decisive, spike=name in spike,
-                    damage=name in damage, absorbs_spike=name in absorbs_spike, symptom_of=(symptom_of or {}).get(name, ()),
+                    damage=name in damage, symptom_of=(symptom_of or {}).get(name, ()),
                     chain=(chain or {}).get(name),
                     thresholds=(thresholds or {}).get(name, ()))
         RULES.add(name, rule)

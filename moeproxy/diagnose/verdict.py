@@ -2,8 +2,7 @@
 
 1. The lasting anomalies are the critical findings (a rule's finding is critical when what it saw
    lasted; a spike that recovered is a warning), plus a recovered spike (``Rule.spike``) with which
-   a lasting change (``Rule.damage``) started: that update broke the policy (unless a change that is
-   itself the anomaly, ``Rule.absorbs_spike``, an entropy collapse, started with it).
+   a lasting change (``Rule.damage``) started: that update broke the policy.
 2. The root cause is the earliest of them.
 3. Findings that start within the same record or two (at the log's own resolution) are together:
    the one upstream in the causal chain (``Rule.rank``: precision mismatch / routing -> overflow ->
@@ -30,15 +29,11 @@ def tie_window(run: RunSeries, tie_records: int) -> float:
 
 def promote_damaging_spikes(findings: list[Finding], tie: float) -> list[Finding]:
     """A spike that recovered (``Rule.spike``) is the cause when a lasting change (``Rule.damage``)
-    starts with it: reported as a critical divergence; not when a change that is itself the anomaly
-    (``Rule.absorbs_spike``) starts with it too."""
-    lasting_ = [f for f in findings if f.severity == CRITICAL]
-    damage = [f for f in lasting_ if rule_of(f.rule, f.category).damage]
-    absorbing = [f for f in lasting_ if rule_of(f.rule, f.category).absorbs_spike]
+    starts with it: reported as a critical divergence."""
+    damage = [f for f in findings if f.severity == CRITICAL and rule_of(f.rule, f.category).damage]
     out = []
     for f in findings:
-        if f.severity != CRITICAL and rule_of(f.rule, f.category).spike and \
-                not any(0 <= a.onset_step - f.onset_step <= tie for a in absorbing):
+        if f.severity != CRITICAL and rule_of(f.rule, f.category).spike:
             hit = next((d for d in damage if 0 <= d.onset_step - f.onset_step <= tie), None)
             if hit is not None:
                 f = Finding(DIVERGENCE, f.onset_step, CRITICAL, f.metric, "damaging_spike",

@@ -2,7 +2,7 @@
 held over a long stretch and then partly came back still lasted; a reward that went on rising once
 the entropy was gone and then fell below where it was dates the collapse at its peak; a PPO update
 that drove the policy toward deterministic output in one step is the trigger of the collapse, not a
-blow-up; and a bare ``entropy_loss`` column (Stable-Baselines3's name without its ``train/``) is
+blow-up (an entropy collapse is no ``Rule.damage``); and a bare ``entropy_loss`` column (Stable-Baselines3's name without its ``train/``) is
 minus the entropy, as ``train/entropy_loss`` is."""
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def test_one_huge_update_that_collapsed_the_entropy_is_the_collapse_not_a_blow_u
     kl = 0.02 * np.exp(rng.normal(0, 0.3, n))
     kl[20] = 24.0                                                # one update far out of the trust region
     entropy = np.r_[np.full(20, 8.3), np.full(n - 20, 0.6)] * np.exp(rng.normal(0, 0.05, n))
-    reward = np.r_[np.full(20, 30000.0), np.full(n - 20, 3000.0)] * np.exp(rng.normal(0, 0.05, n))
+    # the return stops improving, then slides down well after that update (SB3 on gym-retro)
+    reward = np.r_[np.full(30, 30000.0), np.linspace(30000.0, 3000.0, n - 30)] * np.exp(rng.normal(0, 0.05, n))
     res = diagnose_series({"ppo_kl": pd.Series(kl, index=steps), "policy_entropy": pd.Series(entropy, index=steps),
                            "reward_mean": pd.Series(reward, index=steps)})
     assert res["verdict"] == "entropy_collapse" and res["onset_step"] == steps[20], res["findings"]

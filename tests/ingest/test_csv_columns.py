@@ -99,3 +99,12 @@ def test_a_wandb_panel_of_several_runs_is_one_run_each(tmp_path):
         assert frame["metric"].astype(str).unique().tolist() == ["train/loss"] and frame["step"].tolist() == list(range(12))
     assert parsed.arms["lr3e-2"]["value"].tolist()[-1] == 9.0 and parsed.arms["lr1e-3"]["value"].tolist()[-1] == 1.9
     assert any("2 runs" in note for note in parsed.notes)
+
+
+def test_a_wandb_panel_with_a_run_of_text_cells_reads_the_runs_with_numbers(tmp_path):
+    # a run whose only column holds text names no metric (it was a ValueError: the run had no numeric column)
+    path = tmp_path / "panel.csv"
+    path.write_text('"Step","a - loss","b - loss","c - note"\n' + "".join(f"{s},{1 + s / 10},{2 + s / 10},x{s}\n"
+                                                                         for s in range(1, 6)))
+    parsed = parse_file(path)
+    assert set(parsed.arms) == {"a", "b"}

@@ -32,6 +32,8 @@ thresholds(
     loss_rise_over_best=(2.0, "loss above this multiple of its best so far, for good: divergence"),
     rise_scale_share=(0.05, "... and by at least this share of the level it ran at before (90th percentile)"),
     rise_level_share=(0.05, "... its best level: the lowest median over this share of the log's consecutive records"),
+    rise_level_records=(3, "... and over at least this many once they are a tenth of the log or fewer (a noisy "
+                           "loss's luckiest record is no level; 8 sparse records are read one by one)"),
     rise_tail_share=(0.01, "... for at least this share of the log's records (and two)"),
     rise_recent_records=(10, "... and above the median of this many records before the rise (it stayed up)"),
     grad_blowup_factor=(100.0, "LABELS.md: grad norm x100 of the run's median, repeatedly"),
@@ -74,7 +76,8 @@ RULES = declare(DIVERGENCE, {
     "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
 }, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup", "value_loss_blowup"),
    spike=("large_spike", "grad_excursion"),
-   thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share", "rise_level_share", "rise_tail_share", "rise_recent_records"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
+   thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share", "rise_level_share", "rise_level_records",
+                                  "rise_tail_share", "rise_recent_records"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor", "spike_recover_records", "spike_log_share",
                                       "calm_after_excursion"),
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
@@ -145,10 +148,9 @@ def _above_best(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
     if v.size < 3:
         return None
     # its best level so far: the lowest median of ``rise_level_share`` of the log's consecutive
-    # records, and of three once the log has thirty (one record in a log of fewer than twenty: 8
-    # sparse records read at their own resolution; in a noisy loss the luckiest record is an
-    # outlier low, no level)
-    window = max(1, min(3, v.size // 10), int(v.size * cfg.rise_level_share))
+    # records, and of ``rise_level_records`` once they are a tenth of the log (one record in a log of
+    # fewer than twenty: 8 sparse records read at their own resolution)
+    window = max(1, min(int(cfg.rise_level_records), v.size // 10), int(v.size * cfg.rise_level_share))
     level = pd.Series(v).rolling(window, min_periods=1).median().to_numpy()
     best = np.minimum.accumulate(level)
     # the smallest value from each record to the end: the rise must hold for every later record

@@ -18,7 +18,7 @@ import numpy as np
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, head_level, holds_from, rank_trend, tail_level
+from moeproxy.diagnose.robust import fmt, head_level, holds_from, rank_trend, stretches, tail_level
 from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, ENTROPY_COLLAPSE, WARNING, Finding
@@ -38,8 +38,8 @@ thresholds(
     std_onset_factor=(1.1, "... dated where it stays above this many times its start (a tenth up: visible, as the "
                            "std of a policy that learns falls from its start)"),
     std_stays_share=(0.95, "... and above it for this share of the records from there on"),
-    entropy_rise_share=(0.1, "an entropy rise that came back counts as lasting only if it held over this share "
-                             "of the run's records (shorter: an exploration burst the policy sharpened back from)"),
+    entropy_rise_share=(0.1, "an entropy rise (or fall into the floor) that came back counts as lasting only if "
+                             "it held over this share of the run's records (shorter: an exploration burst)"),
 )
 
 RULES = declare(DIVERGENCE, {
@@ -53,8 +53,8 @@ RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
     "entropy_drop_reward_at_ceiling": "entropy falling after the reward rose to its ceiling (converged, not a collapse)",
-}, damage=("entropy_floor",), absorbs_spike=("entropy_floor",), thresholds={"entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays",
-                                                             "entropy_stall_share", "entropy_stall_span")}))
+}, thresholds={"entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays", "entropy_stall_share",
+                                  "entropy_stall_span", "entropy_rise_share", "spike_recover_records")}))
 
 
 def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
@@ -85,7 +85,7 @@ def _lasting_rises(s, start: float, cfg: DiagnoseConfig):
     vals = s.to_numpy(dtype=float)
     above = s.rolling(k, min_periods=1).median().to_numpy() >= 2 * start
     n = len(vals)
-    for i, j in _stretches(above):
+    for i, j in stretches(above):
         if i == 0:  # the log opens above it: still in its early fall
             continue
         if j == n or j - i >= max(k, cfg.entropy_rise_share * n):
@@ -260,24 +260,10 @@ def _lasting_floor_end(s, start: float, cfg: DiagnoseConfig) -> int | None:
     k = int(cfg.spike_recover_records)
     below = (s.rolling(k, min_periods=1).median() <= cfg.entropy_floor_fraction * start).to_numpy()
     n, need = len(below), max(k, int(np.ceil(cfg.entropy_rise_share * len(below))))
-    for i, j in _stretches(below):
+    for i, j in stretches(below):
         if j - i >= need and j < n:
             return int(s.index[j])
     return None
-
-
-def _stretches(mask: np.ndarray):
-    """(first, end) of each run of True in ``mask``, in order (``end`` exclusive)."""
-    n, i = len(mask), 0
-    while i < n:
-        if not mask[i]:
-            i += 1
-            continue
-        j = i
-        while j < n and mask[j]:
-            j += 1
-        yield i, j
-        i = j
 
 
 def _reward_peak_after(run: RunSeries, rname: str, onset: int, noise: float, cfg: DiagnoseConfig) -> int | None:

@@ -172,7 +172,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
             # a W&B panel of several runs: each run its own series (the same metric of eight runs is
             # eight runs' metric, not eight metrics of one)
             arms = {}
-            for prefix in sorted(prefixes, key=[c.split(" - ", 1)[0] for c in numeric].index):
+            for prefix in dict.fromkeys(c.split(" - ", 1)[0] for c in numeric):  # in column order
                 mine = {c: col for c, col in numeric.items() if c.split(" - ", 1)[0] == prefix}
                 arm = _long_rows(steps, mine, {c: c.split(" - ", 1)[1] for c in mine}, rank, len(df))
                 if len(arm.step):

@@ -303,27 +303,22 @@ def _load_whole(src: SourceFile) -> tuple[object, list[str]]:
         raise InputError(f"{src.path}: {where}malformed JSON ({getattr(exc, 'msg', exc)})") from None
 
 
+_BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
+
+
 def _complete_prefix(text: str, tries: int = 64):
     """(document, characters kept) of the longest prefix of ``text`` that ends a record (a ``}``)
     and parses once the brackets still open there are closed; (None, 0) when none of the last
     ``tries`` such prefixes does."""
-    stack, ends, in_string, escaped = [], [], False, False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    stack, ends = [], []
+    for m in _BRACKET_OR_STRING.finditer(text):  # strings are skipped whole: brackets in them do not count
+        ch = m.group()
+        if ch in "[{":
             stack.append("]" if ch == "[" else "}")
         elif ch in "]}" and stack:
             stack.pop()
             if ch == "}" and stack and stack[-1] == "]":  # a record of a list just closed
-                ends.append((i + 1, "".join(reversed(stack))))
+                ends.append((m.end(), "".join(reversed(stack))))
     for end, closers in reversed(ends[-tries:]):
         try:
             return _loads(text[:end] + closers), end
