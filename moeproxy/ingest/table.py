@@ -337,3 +337,52 @@ def _per_value(per_record: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def build_frame(*args, **kwargs) -> pd.DataFrame:
     """``build_columns`` as a pandas DataFrame."""
     return build_columns(*args, **kwargs).to_frame()
+
+
+def _whole(value) -> int | None:
+    """An epoch counter as a whole number (``2`` or ``2.0``), else None (``0.52``: a fraction)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
+def counts_within_epochs(pairs) -> bool:
+    """(step, epoch) of each record in order: the step counts iterations within an epoch
+    (OpenMMLab's ``{"epoch": 2, "iter": 50}``, ``Epoch 2, Step 0, Loss: ...``) when it goes back,
+    and only where the whole-number epoch moves on, the epoch never going back. (A resumed run's step
+    goes back with its epoch: that is a new attempt.)"""
+    last_step = last_epoch = None
+    resets = 0
+    for step, epoch in pairs:
+        epoch = _whole(epoch)
+        if step is None or epoch is None:
+            continue
+        if last_epoch is not None:
+            if epoch < last_epoch:
+                return False
+            if step < last_step:
+                if epoch == last_epoch:
+                    return False
+                resets += 1
+        last_step, last_epoch = step, epoch
+    return resets > 0
+
+
+class EpochSteps:
+    """The step of iterations counted within epochs, run on across them: each epoch's count starts
+    after the last training iteration of the one before (so epoch 1 keeps its own iterations, as a
+    reader dates them), one further on when the count starts at 0 (``Step 0``: the first iteration)."""
+
+    def __init__(self) -> None:
+        self.offset, self.top, self.epoch = 0, 0, None
+
+    def __call__(self, step: int, epoch, counts_top: bool = True) -> int:
+        epoch = _whole(epoch)
+        if epoch is None:
+            return self.offset + step
+        if self.epoch is not None and epoch > self.epoch and step < self.top:
+            self.offset, self.top = self.offset + self.top + (1 if step <= 0 else 0), 0
+        self.epoch = epoch
+        if counts_top:
+            self.top = max(self.top, step)
+        return self.offset + step

@@ -49,6 +49,8 @@ RULES = declare(VANISHING_GRADIENT, {
     "lr_zero": "learning rate 0 after being positive (not a schedule that decayed to 0)",
     "grad_norm_zero_throughout": "grad norm exactly 0 in every record and the loss never moves: no update was ever applied",
     "loss_frozen": "a loss repeating one value exactly to the end: the weights no longer change",
+    "loss_cycle_repeats": "a training loss repeating an earlier run of its values exactly, record for record, to the "
+                          "end (the same batches, epoch after epoch): the weights no longer change",
     "loss_zero_throughout": "a (non-RL) training loss exactly 0 in every record: no gradient, no update ever made",
     "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
     "reward_at_floor": "an RL reward exactly at its lowest value on nearly every record, to the end: nothing is learned",
@@ -61,6 +63,7 @@ RULES = declare(VANISHING_GRADIENT, {
                "grad_norm_zero_throughout": ("vanishing_min_records",),
                "lr_zero": ("vanishing_min_records", "lr_decayed_share"),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
+               "loss_cycle_repeats": ("vanishing_min_records", "same_value", "min_digits"),
                "loss_zero_throughout": ("vanishing_min_records",),
                "updates_empty": ("empty_update_share", "vanishing_min_records"),
                "reward_at_floor": ("empty_update_share", "vanishing_min_records", "floor_tolerance"),
@@ -211,6 +214,36 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                if never else "")
         return [Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "loss_frozen",
                         f"{name} repeats {v[-1]:.7g} exactly in its last {n_same} records (from step {began}){why}")]
+    return _repeated_cycle(run, train, cfg) if train is not None else []
+
+
+def _repeated_cycle(run: RunSeries, train: tuple[str, pd.Series], cfg: DiagnoseConfig) -> list[Finding]:
+    """LABELS.md "losses repeating exactly epoch after epoch": the training loss's last
+    ``vanishing_min_records`` records or more each equal (to ``same_value``) the record a fixed number
+    of records before (the same batches seen again, the weights unchanged), the values themselves
+    differing from one another and printed to ``min_digits``. The shortest such period is taken.
+    Dated like ``loss_frozen``: from the first record when the loss never improved before the cycle
+    began, else from the cycle's first appearance."""
+    name, s = train
+    s = s[np.isfinite(s.to_numpy())]
+    v = s.to_numpy(dtype=float)
+    for period in range(2, v.size - cfg.vanishing_min_records + 1):
+        same = np.abs(v[period:] - v[:-period]) <= cfg.same_value * np.abs(v[period:])
+        n_same = _tail_run(same)
+        if n_same < cfg.vanishing_min_records:
+            continue
+        repeated = v[v.size - n_same:]
+        if np.unique(repeated).size < 2 or np.median([_digits(x) for x in repeated]) < cfg.min_digits:
+            continue  # one value repeated is loss_frozen's; short printed values repeat by chance
+        first = v.size - n_same - period  # where the cycle's values were first seen
+        began = int(s.index[first])
+        never = not _improved(s, began)
+        onset = int(s.index[0]) if never else began
+        why = f"; {name} never fell below its first records' level, so the run never learned" if never else ""
+        return [Finding(VANISHING_GRADIENT, onset, CRITICAL, name, "loss_cycle_repeats",
+                        f"{name}'s last {n_same} records repeat, value for value, the records {period} before them "
+                        f"({repeated[0]:.7g} at step {int(s.index[v.size - n_same])} as at step {began}, and so "
+                        f"on): the same batches give the same loss, the weights no longer change{why}")]
     return []
 
 

@@ -22,7 +22,7 @@ from moeproxy.errors import InputError
 from moeproxy.ingest.names import guess_framework
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
-from moeproxy.ingest.table import LogTable
+from moeproxy.ingest.table import EpochSteps, LogTable, counts_within_epochs
 
 from moeproxy.vocabulary import EVAL_KINDS, FRACTION_STEP_KEYS, STEP_KEYS, TRAIN_KINDS, split_prefix  # the one list: csv and printed dicts read it too
 
@@ -191,24 +191,8 @@ def _counts_epochs(records: list[dict]) -> bool:
 
 
 def _counts_within_epochs(records: list[dict]) -> bool:
-    """The step key counts iterations within an epoch (OpenMMLab's ``{"epoch": 2, "iter": 50}``):
-    it goes back, and only where the whole-number ``epoch`` of the record moves on; the epoch never
-    goes back. (A resumed run's step goes back with its epoch: that is a new attempt.)"""
-    last_step = last_epoch = None
-    resets = 0
-    for r in records:
-        step, epoch = split_step(r)[0], r.get("epoch")
-        if step is None or not isinstance(epoch, int) or isinstance(epoch, bool):
-            continue
-        if last_epoch is not None:
-            if epoch < last_epoch:
-                return False
-            if step < last_step:
-                if epoch == last_epoch:
-                    return False
-                resets += 1
-        last_step, last_epoch = step, epoch
-    return resets > 0
+    """The step key counts iterations within an epoch (``table.counts_within_epochs``)."""
+    return counts_within_epochs((split_step(r)[0], r.get("epoch")) for r in records)
 
 
 def _records_to_table(records, table: LogTable) -> bool:
@@ -229,7 +213,7 @@ def _records_to_table(records, table: LogTable) -> bool:
     # iterations counted within each epoch: the step runs on across epochs (each epoch's count
     # starts after the last training iteration of the one before), so that epoch 1 keeps its own
     within = not from_index and _counts_within_epochs(ahead)
-    offset, top, epoch_now = 0, 0, None
+    epoch_steps = EpochSteps()
     prefixes: dict[str, str | None] = {}
     last = None
     for index, flat in enumerate(itertools.chain(ahead, flat_records)):
@@ -252,12 +236,7 @@ def _records_to_table(records, table: LogTable) -> bool:
         if key is not None:
             metrics.pop(key, None)
         if within and step is not None and isinstance(epoch := flat.get("epoch"), int):
-            if epoch_now is not None and epoch > epoch_now and step < top:
-                offset, top = offset + top, 0
-            epoch_now = epoch
-            if not prefix:
-                top = max(top, step)
-            step = offset + step
+            step = epoch_steps(step, epoch, counts_top=not prefix)
         if step is None:
             if from_index:
                 step = index

@@ -23,7 +23,7 @@ from moeproxy.ingest.names import canonical_of, guess_framework
 from moeproxy.ingest.prefixes import RANK_PREFIX, TIMESTAMP, rank_of
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
-from moeproxy.ingest.table import LogTable
+from moeproxy.ingest.table import EpochSteps, LogTable, counts_within_epochs
 from moeproxy.ingest.values import NONFINITE_WORDS
 from moeproxy.vocabulary import split_prefix
 
@@ -390,11 +390,25 @@ def parse_text(src: SourceFile) -> ParsedLog:
         entries = resolved
     kind = next((k for k in (STEPPED, BY_EPOCH, INDEXLESS) if counts[k]), STEPPED)
     skipped += sum(counts) - counts[kind]
+    if kind == STEPPED:
+        entries = _steps_across_epochs(entries)
     table = LogTable()
     carried = src.carry or {}
     last, event_step = _replay(table, entries, kind, carried.get("last", 0), carried.get("event_step"))
     return ParsedLog(src.path, "text", guess_framework(table.metric_names), src.sha256, table.columns(),
                      skipped, kind == INDEXLESS, carry={"last": last, "event_step": event_step})
+
+
+def _steps_across_epochs(entries: list) -> list:
+    """A step counter that restarts with each epoch its line names (``Epoch 2, Step 0, Loss: ...``)
+    runs on across the epochs (``table.counts_within_epochs``): a repeated inner counter is no
+    restart (LABELS.md "Data before signals")."""
+    stepped = [(counter, record.get("epoch")) for entry_kind, counter, _, record in entries if entry_kind == STEPPED]
+    if not counts_within_epochs(stepped):
+        return entries
+    across = EpochSteps()
+    return [(entry_kind, across(counter, record.get("epoch")), rank, record) if entry_kind == STEPPED
+            else (entry_kind, counter, rank, record) for entry_kind, counter, rank, record in entries]
 
 
 def _replay(table: LogTable, entries: list, kind: int, last: int = 0, event_step: int | None = None):

@@ -1,0 +1,66 @@
+"""LABELS.md "losses repeating exactly epoch after epoch": the same batches give the same loss when
+the weights no longer change. Read from a text log whose step counter restarts with each epoch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose import diagnose_series
+from moeproxy.ingest import parse_file
+
+
+def _loss(values, start=0) -> dict:
+    return {"loss": dict(zip(range(start, start + len(values)), [float(v) for v in values]))}
+
+
+def _rules(result: dict) -> set[str]:
+    return {f["rule"] for f in result["findings"] if f["severity"] == "critical"}
+
+
+EPOCH = [0.9741, 1.3742, 1.2390, 0.9670, 1.0386, 1.1681, 1.2240, 0.9610]
+
+
+def test_an_epoch_of_losses_repeated_value_for_value_is_no_learning():
+    result = diagnose_series(_loss(EPOCH + EPOCH[:6]))
+    assert result["verdict"] == "vanishing_gradient" and "loss_cycle_repeats" in _rules(result)
+    assert result["onset_step"] == 0  # it never improved: the run never learned
+
+
+def test_losses_that_differ_in_the_next_epoch_are_not():
+    rng = np.random.default_rng(0)
+    second = [v * (1 - 0.02 * rng.random()) for v in EPOCH[:6]]
+    result = diagnose_series(_loss(EPOCH + second))
+    assert "loss_cycle_repeats" not in _rules(result)
+
+
+def test_short_printed_values_that_repeat_can_be_chance():
+    # two significant digits: a level loss printed ``1.2 1.3 1.2 1.3 ...`` repeats without being frozen
+    result = diagnose_series(_loss([1.2, 1.3] * 8))
+    assert "loss_cycle_repeats" not in _rules(result)
+
+
+def test_a_cycle_after_the_loss_had_come_down_dates_from_its_first_appearance():
+    falling = [3.1234, 2.8123, 2.5012, 2.2345, 1.9876, 1.7654, 1.5432, 1.3456, 1.2468, 1.1357]
+    result = diagnose_series(_loss(falling + EPOCH + EPOCH[:6]))
+    assert "loss_cycle_repeats" in _rules(result) and result["onset_step"] == len(falling)
+
+
+def test_a_step_that_restarts_with_each_epoch_runs_on_across_epochs(tmp_path):
+    log = tmp_path / "train.log"
+    lines = ["***** Running training *****"]
+    for epoch in (1, 2):
+        for step, loss in enumerate(EPOCH if epoch == 1 else EPOCH[:6]):
+            n = (epoch - 1) * 8 + step + 2
+            lines.append(f"Epoch {epoch}, Step {step}, Loss: {loss:.4f}:   1%|▏         | {n}/144 [00:02<02:20,  1.01it/s]")
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    frame = parsed.frame
+    loss = frame[frame.metric == "loss"]
+    assert sorted(loss.step) == list(range(14)) and loss.attempt.nunique() == 1
+    # a resumed run (the step and the epoch both go back) is not read this way: its steps stay its own
+    resumed = tmp_path / "resumed.log"
+    resumed.write_text("Epoch 1, Step 0, Loss: 1.0\nEpoch 1, Step 1, Loss: 0.9\nEpoch 2, Step 0, Loss: 0.8\n"
+                       "Epoch 1, Step 0, Loss: 1.0\nEpoch 1, Step 1, Loss: 0.9\n")
+    frame = parse_file(resumed).frame
+    loss = frame[frame.metric == "loss"]
+    assert loss.step.max() == 1 and loss.attempt.nunique() > 1
