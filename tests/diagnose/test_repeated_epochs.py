@@ -64,3 +64,24 @@ def test_a_step_that_restarts_with_each_epoch_runs_on_across_epochs(tmp_path):
     frame = parse_file(resumed).frame
     loss = frame[frame.metric == "loss"]
     assert loss.step.max() == 1 and loss.attempt.nunique() > 1
+
+
+def test_a_loss_of_a_few_bf16_levels_meets_its_own_values_by_chance():
+    rng = np.random.default_rng(1)
+    levels = np.array([9.625, 9.6875, 9.75, 9.8125])
+    values = levels[rng.integers(0, 4, 300)]
+    result = diagnose_series(_loss(values, start=1))
+    assert "loss_cycle_repeats" not in _rules(result)
+
+
+def test_a_loss_that_came_down_in_its_first_records_and_then_never_moved_never_learned():
+    # an untrained model's first guesses come down to a level it then keeps: no learning
+    rng = np.random.default_rng(2)
+    values = np.concatenate([np.linspace(2.83, 2.62, 8), 2.61 + 0.006 * rng.standard_normal(492)])
+    result = diagnose_series(_loss(np.round(values, 4)))
+    assert result["verdict"] == "vanishing_gradient" and "loss_never_moved" in _rules(result)
+    assert result["onset_step"] == 0
+    # the same start with a loss that then goes on falling is learning
+    values = np.concatenate([np.linspace(2.83, 2.62, 8), np.linspace(2.61, 1.9, 492)
+                             + 0.006 * rng.standard_normal(492)])
+    assert diagnose_series(_loss(np.round(values, 4)))["verdict"] == "healthy"
