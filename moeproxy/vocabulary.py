@@ -63,6 +63,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "rollout/reward_mean", "train/reward", "rollout/raw_reward", "objective/scores", "score",
         "score_mean", "reward/mean", "rewards/mean", "train_reward", "mean_reward", "avg_reward", "env/all/reward/total",
         "reward_avg",
+        # DeepSpeed-Chat's PPO (step 3) prints its reward model's mean score on the line after each step's losses
+        "average reward score",
         # RL libraries' episode return (OpenAI baselines DDPG/PPO2, Stable-Baselines3, RLlib)
         "rollout/return_history", "rollout/return", "eprewmean", "rollout/ep_rew_mean", "ep_rew_mean", "episode_reward_mean",
         "episode_return", "episode_reward", "mean_return", "avg_return", "return_mean",

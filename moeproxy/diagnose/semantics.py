@@ -180,7 +180,9 @@ def startup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
     if not (scale > 1).any():
         return None
     skipped_found = run.resolve("skipped_iters")
-    skipped = skipped_found[1] if skipped_found else None
+    # a skipped-iterations count, else DeepSpeed's overflow events (one per skipped step: with
+    # hysteresis, or two engines each searching, the same scale is tried twice)
+    skipped = skipped_found[1] if skipped_found else run.get("deepspeed/overflow")
     values, steps = scale.to_numpy(), scale.index.to_numpy()
     if values[0] < cfg.startup_min_scale:
         return None  # halvings that start from a small scale are overflows, not the initial search

@@ -91,6 +91,8 @@ class IngestResult(list):
 
 LAST_RESORT = "line-templates"
 THIN_ROWS = 100  # a winner that read fewer values than this among ten times as many skipped lines
+# ... or, of any size, more skipped lines than this per value read
+SKIPPED_PER_VALUE = 5
 
 
 def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, carry: dict | None = None) -> ParsedLog:
@@ -115,7 +117,12 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     # log lines)
     thin = parsed is None or len(parsed.rows) == 0 or (
         len(parsed.rows) < THIN_ROWS and parsed.skipped_lines > 10 * len(parsed.rows))
-    if thin and fmt == "auto":
+    # of any size, a winner that skipped many more lines than it read values (a config's dicts
+    # before verl's step lines; DeepSpeed's engine lines among DeepSpeed-Chat's own): another
+    # reader takes over when it reads ten times as many values of metrics the vocabulary knows and
+    # loses none of the evidence the winner read
+    sparse = not thin and parsed.skipped_lines > SKIPPED_PER_VALUE * len(parsed.rows)
+    if (thin or sparse) and fmt == "auto":
         from moeproxy.ingest.detect import past_preamble, runners_up
         from moeproxy.ingest.registry import FORMATS
 
@@ -128,13 +135,14 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
             others.append(last)
         # ten times what the winner read; after a failed winner, a hundred values or more (a small
         # file that is broken where it claims a format keeps the error that says where)
-        need = THIN_ROWS if parsed is None else 10 * len(parsed.rows) + 1
+        measure = _known_values if sparse else (lambda p: len(p.rows))
+        need = THIN_ROWS if parsed is None else 10 * measure(parsed) + 1
         for other in others:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
-            if len(attempt.rows) >= need:
+            if measure(attempt) >= need and (not sparse or _evidence(parsed) <= _evidence(attempt)):
                 parsed, log_format = attempt, other
                 break
     if parsed is None:
@@ -145,6 +153,29 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     parsed.bytes_parsed = src.end
     parsed.warnings = src.nul_warnings() + list(src.warnings) + parsed.warnings
     return parsed
+
+
+def _evidence(parsed: ParsedLog) -> set[str]:
+    """What a reading holds that a diagnosis reads: the canonical metrics and DeepSpeed's engine
+    events. A reader that reads more values takes over only when it loses none of these."""
+    from moeproxy.ingest.names import canonical_of
+
+    out = set()
+    for name in parsed.frame["metric"].unique():
+        hit = canonical_of(str(name))
+        if hit is not None:
+            out.add(hit[0])
+        elif str(name).startswith("deepspeed/"):
+            out.add(str(name))
+    return out
+
+
+def _known_values(parsed: ParsedLog) -> int:
+    """Values of the metrics the vocabulary knows (a loss, a reward, a grad norm ...) in a reading."""
+    from moeproxy.ingest.names import canonical_of
+
+    counts = parsed.frame["metric"].value_counts()
+    return int(sum(n for name, n in counts.items() if canonical_of(str(name)) is not None))
 
 
 def _parse(src, log_format) -> ParsedLog:

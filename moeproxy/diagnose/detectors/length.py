@@ -176,6 +176,11 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 shift = sustained_shift(s, +1, delta=cfg.truncation_limit / 2, z=cfg.robust_z, visible=cfg.onset_visible_share,
                                         min_history=cfg.min_history)
                 onset = shift.onset_step if shift else int(s.index[int(np.argmax(s.to_numpy() > cfg.truncation_limit))])
+                before = s[s.index < onset].to_numpy()
+                if before.size >= cfg.min_history and end <= float(np.quantile(before, 0.9)):
+                    # no higher than the share already reached now and then before (four samples a
+                    # step: 0, 0.25, 0.5): the end of the log is at a level the run had seen, no rise
+                    return out
                 out.append(_unless_learning(run, Finding(
                     LENGTH_BLOWUP, onset, CRITICAL, name, "truncation_rise",
                     f"{name} rose {ev.move(s, onset)}; {ev.median_of(ev.head(s))} vs "

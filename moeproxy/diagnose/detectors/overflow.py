@@ -271,6 +271,13 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
         if s is None:
             continue
         s = s.dropna()
+        if name == "deepspeed/overflow":
+            # an event is logged only where it happened: the steps the run logged without one were
+            # not skipped (six events over 200 logged steps are no storm)
+            logged = [run.get(n).index for n in run.names if not n.startswith("deepspeed/")]
+            if logged:
+                steps = s.index.union(np.unique(np.concatenate([i.to_numpy() for i in logged])))
+                s = s.reindex(steps, fill_value=0.0)
         after = start_end if start_end is not None or name != "deepspeed/overflow" else _search_events_end(run, s, cfg)
         searched = after is not None and after != float("-inf")
         if searched:

@@ -231,6 +231,39 @@ def bare_pair(line: str) -> dict[str, float]:
     return {m.group(1).strip(): float(m.group(2))} if m else {}
 
 
+TRAILING_SHARE = 0.8  # a counter-less metric line is a step's when it follows this share of the steps
+
+
+def _merge_trailing(entries: list, trailing: list, stepped: int) -> int:
+    """Each counter-less one-metric line into the stepped record before it, for the names that
+    follow at least ``TRAILING_SHARE`` of the steps (a line format of the run's own); the others
+    (a rollout summary now and then, a number in printed model output) are skipped lines: returns
+    how many."""
+    per_name: dict[str, int] = {}
+    for _, pair in trailing:
+        name = next(iter(pair))
+        per_name[name] = per_name.get(name, 0) + 1
+    regular = {name for name, n in per_name.items() if n >= TRAILING_SHARE * stepped}
+    left = 0
+    for at, pair in trailing:
+        if next(iter(pair)) in regular:
+            entries[at][3].update(pair)
+        else:
+            left += 1
+    return left
+
+
+DS_ENGINE_STEP = re.compile(r"\bstep=\d+,\s*skipped=\d+")
+
+
+def _known_pair(line: str) -> dict[str, float]:
+    """``{name: value}`` of a line that is one ``name: value`` pair whose name the vocabulary knows."""
+    record = extract_pairs(line)
+    if len(record) == 1 and canonical_of(next(iter(record))) is not None:
+        return record
+    return {}
+
+
 def _strip(line: str) -> str:
     line = RANK_PREFIX.sub("", line, count=1)
     return TIMESTAMP.sub(" ", line)
@@ -306,6 +339,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
     placed among the records in the order they were printed."""
     skipped = 0
     entries: list[tuple[int, int | None, int, dict]] = []
+    trailing: list[tuple[int, dict]] = []  # (index of the stepped entry before, its one known pair)
     counts = [0, 0, 0]
     header_epoch = header_step = None
     for _, raw in src.lines():
@@ -343,6 +377,10 @@ def parse_text(src: SourceFile) -> ParsedLog:
         hit = find_step(line)
         if hit is not None:
             record = pairs_of_split(hit[1])
+            if "skipped" in record and DS_ENGINE_STEP.search(line):
+                # DeepSpeed's engine line counts the steps skipped since the start, as the Megatron
+                # reader names it (``overflow`` reads it as a running count)
+                record["deepspeed/skipped_total"] = record.pop("skipped")
             if record:
                 entries.append((STEPPED, hit[0], rank_of(raw), record))
                 counts[STEPPED] += 1
@@ -368,8 +406,15 @@ def parse_text(src: SourceFile) -> ParsedLog:
             # them (tracebacks, environment dumps) is then not read pair by pair
             entries.append((PENDING, None, rank_of(raw), line))
             continue
+        elif entries and entries[-1][0] == STEPPED and (pair := _known_pair(line)):
+            # one metric the vocabulary knows on the line right after a step's record, with no
+            # counter of its own (DeepSpeed-Chat's ``average reward score: 0.19`` after
+            # ``epoch: 0|step: 2|act_loss: ...``): that step's, when it follows (nearly) every step
+            trailing.append((len(entries) - 1, pair))
+            continue
         if raw.strip():
             skipped += 1
+    skipped += _merge_trailing(entries, trailing, counts[STEPPED])
     pending = sum(1 for entry in entries if entry[0] == PENDING)
     if pending and (counts[STEPPED] or counts[BY_EPOCH]):
         skipped += pending

@@ -1,0 +1,87 @@
+"""A file whose head looks like one format while its records are another's: DeepSpeed's engine
+lines among DeepSpeed-Chat's own step lines, a pretty-printed config of dicts before verl's step
+lines. The reader that reads the records takes over when it loses none of the evidence."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeproxy.diagnose import diagnose_frame
+from moeproxy.ingest import parse_file
+
+OVERFLOW = ("[2023-04-18 08:48:05,282] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+            "Skipping step. Attempted loss scale: {a}, reducing to {r}")
+
+
+def _dschat_log(path, steps=300, two_engines=True):
+    """DeepSpeed-Chat step 3 (PPO): actor and critic engines each search their fp16 loss scale at
+    start-up (each overflow printed once per engine), then overflow now and then; the reward climbs."""
+    rng = np.random.default_rng(0)
+    lines = ["***** Running training *****"]
+    scale = {0: 65536, 1: 65536}
+    for step in range(steps):
+        if step < 3 or step in (60, 150):
+            for engine in (0, 1) if two_engines else (0,):
+                lines.append(OVERFLOW.format(a=scale[engine], r=scale[engine] // 2))
+                scale[engine] //= 2
+        lines.append(f"epoch: 0|step: {step}|ppo_ep: 1|act_loss: {0.2 * rng.standard_normal():.6f}|"
+                     f"cri_loss: {0.1 + 0.02 * rng.random():.6f}|unsuper_loss: 0.0")
+        lines.append(f"average reward score: {min(4.0, step / 50) + 0.3 * rng.standard_normal():.6f}")
+        lines.append("-" * 85)
+        lines.append("|E2E latency=3.91s |Gather latency=0.00s (0.00%) |Generate time=2.79s (71.38%) "
+                     "|Training time=0.82s (20.99%) |Others=0.30 (7.63%)|CurSamplesPerSec=16.35")
+        if step % 10 == 9:
+            lines.append(f"[2023-04-18 08:48:36,035] [INFO] [logging.py:96:log_dist] [Rank 0] step={step + 1}, "
+                         f"skipped=3, lr=[5.79e-07, 5.79e-07], mom=[(0.9, 0.95), (0.9, 0.95)]")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_deepspeed_chat_step_lines_are_read_with_the_engine_events(tmp_path):
+    parsed = parse_file(_dschat_log(tmp_path / "step3.log"))
+    names = set(parsed.frame.metric.unique())
+    assert parsed.format == "text"
+    # the step lines, the reward on the line after each, and DeepSpeed's overflow events and counts
+    assert {"act_loss", "cri_loss", "average reward score", "deepspeed/overflow",
+            "deepspeed/skipped_total"} <= names
+    reward = parsed.frame[parsed.frame.metric == "average reward score"]
+    assert len(reward) == 300 and sorted(reward.step)[:3] == [0, 1, 2]
+
+
+def test_two_engines_searching_their_loss_scale_and_occasional_overflows_are_healthy(tmp_path):
+    frame = parse_file(_dschat_log(tmp_path / "step3.log")).frame
+    result = diagnose_frame(frame)
+    # the same scale tried twice at start-up is the two engines' search, and overflow events
+    # scattered over hundreds of logged steps are no storm
+    assert result["verdict"] == "healthy", [f["rule"] for f in result["findings"] if f["severity"] == "critical"]
+
+
+def test_a_metric_line_now_and_then_is_not_a_step_of_its_own(tmp_path):
+    # a summary line that follows a few steps only (a rollout's entropy every tenth step) is not
+    # merged into the step before it
+    lines = []
+    for step in range(100):
+        lines.append(f"step: {step} | loss: {2 - step / 100:.4f} | grad_norm: 0.5")
+        if step % 10 == 0:
+            lines.append(f"entropy: {0.7 - step / 1000:.4f}")
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert "entropy" not in set(parse_file(log).frame.metric.unique())
+
+
+def test_a_printed_config_before_verl_step_lines_does_not_hide_them(tmp_path):
+    lines = ["(TaskRunner pid=1) {'actor_rollout_ref': {'actor': {'ppo_epochs': 1,"]
+    lines += [f"(TaskRunner pid=1)    'key_{i}': {{'a_{i}': {i}, 'b_{i}': {i + 0.5}, 'c_{i}': {i * 2}}}," for i in range(60)]
+    lines += ["(TaskRunner pid=1)    'last': 1}}}"]
+    lines += [f"(TaskRunner pid=1) noise line {i} without numbers worth reading" for i in range(900)]
+    rng = np.random.default_rng(1)
+    for step in range(1, 121):
+        lines.append(f"(TaskRunner pid=1) step:{step} - actor/entropy:{0.35 - step / 1000:.3f} - "
+                     f"actor/grad_norm:{0.2 + 0.01 * rng.random():.3f} - actor/pg_loss:{0.01 * rng.standard_normal():.4f} - "
+                     f"critic/score/mean:{0.5 + step / 400:.3f} - response_length/mean:{300 + step:.1f}")
+    log = tmp_path / "verl.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    names = set(parsed.frame.metric.unique())
+    assert {"actor/entropy", "critic/score/mean"} <= names
+    assert len(parsed.frame[parsed.frame.metric == "critic/score/mean"]) == 120
