@@ -32,6 +32,8 @@ thresholds(
     fp16_max=(65504.0, "the largest finite fp16 value: a loss or grad norm above it cannot be fp16"),
     loss_scale_window=(1000, "Megatron default: growth/halving window (iterations)"),
     loss_scale_collapse_halvings=(3, "halvings of the loss scale below its start-up search that make a collapse"),
+    loss_scale_collapse_records=(5, "... within this many of the run's logged steps (halvings tens of steps apart, "
+                                    "each an occasional overflow the scaler grows back from, are no collapse)"),
     storm_records=(3, "consecutive iterations skipped for overflow after start-up: a storm"),
     skipped_share=(0.25, "non-finite grad norms (or DeepSpeed's skipped steps) on more records (steps) than this "
                          "are no longer occasional"),
@@ -63,7 +65,8 @@ RULES = declare(OVERFLOW, {
    # settles is what a loss spike looks like from the scaler's side: downstream of divergence
    chain={"overflow_storm": 1.5, "loss_scale_collapse": 3.5},
    thresholds={"saturated_value": ("saturation_abs", "fp16_max", "tie_records", "grad_blowup_factor"),
-               "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "startup_min_scale"),
+               "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "loss_scale_collapse_records",
+                                       "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
                "skipped_iters_bf16": ("skipped_share",),
                "nonfinite_value": ("skipped_share", "startup_skip_records"), "lone_nonfinite": ("tie_records",), "nonfinite_lasting": ("tie_records", "large_spike"), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
@@ -115,10 +118,11 @@ def _loss_scale_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | N
         return out
     post = steps > (start_end if start_end is not None else steps[0] - 1)
     need = 2.0 ** cfg.loss_scale_collapse_halvings
+    window = min(cfg.loss_scale_window, cfg.loss_scale_collapse_records * run.step_gap)
     for j in np.flatnonzero(post):
         if j == 0 or values[j] >= values[j - 1]:
             continue
-        in_window = (steps >= steps[j] - cfg.loss_scale_window) & (steps <= steps[j]) & post
+        in_window = (steps >= steps[j] - window) & (steps <= steps[j]) & post
         cand = np.flatnonzero(in_window)
         top = cand[int(np.argmax(values[cand]))]
         if values[top] / values[j] >= need:
