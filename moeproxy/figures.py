@@ -450,3 +450,39 @@ def _root_only(findings: dict | None) -> dict | None:
     root = [f for f in findings.get("findings", [])
             if f["category"] == findings.get("verdict") and f.get("onset_step") == findings.get("onset_step")]
     return {**findings, "findings": root[:1]}
+
+
+# verdict match of a grid cell, 0 (none of its pairs) .. 1 (all): the verdict colours' red, orange, green
+MATCH_COLOURSCALE = [[0.0, COLOUR_HEX["red"]], [0.5, COLOUR_HEX["orange"]], [1.0, COLOUR_HEX["green"]]]
+
+
+def fidelity_grid_figure(cells, title: str | None = "verdict match per scenario × arm") -> go.Figure:
+    """Scenarios x arms heat map of a fidelity grid (``moeproxy.fidelity_grid.summarise_grid``):
+    colour = share of pairs whose verdict matched the full run's, text ``k/n``; the hover adds the
+    onset gap, the mean curve r beside the replica's ceiling and the step-time ratio. A scenario
+    with no pair in an arm is left blank."""
+    scenarios = list(dict.fromkeys(c.scenario for c in cells))
+    arms = list(dict.fromkeys(c.arm for c in cells))
+    z = [[None] * len(arms) for _ in scenarios]
+    text = [[""] * len(arms) for _ in scenarios]
+    hover = [[""] * len(arms) for _ in scenarios]
+    for c in cells:
+        i, j = scenarios.index(c.scenario), arms.index(c.arm)
+        z[i][j] = c.match_fraction
+        text[i][j] = f"{c.matches}/{c.pairs}"
+        gap = "n/a" if c.onset_gap_mean is None else f"{c.onset_gap_mean:.0%} mean, {c.onset_gap_max:.0%} max"
+        r = "n/a" if c.agreement is None else f"{c.agreement:+.2f}"
+        if c.ceiling is not None:
+            r += f" (replica {'n/a' if c.ceiling_agreement is None else f'{c.ceiling_agreement:+.2f}'})"
+        step = "n/a" if c.step_time_ratio is None else f"{c.step_time_ratio:.2f}"
+        hover[i][j] = (f"{plotly_text(c.scenario)} · {plotly_text(c.arm)}<br>verdict match {c.matches}/{c.pairs}"
+                       f"<br>onset gap {gap}<br>mean r {r}<br>step time proxy/full {step}")
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[plotly_text(a) for a in arms], y=[plotly_text(s) for s in scenarios], text=text,
+        texttemplate="%{text}", hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+        zmin=0, zmax=1, colorscale=MATCH_COLOURSCALE, xgap=2, ygap=2,
+        colorbar={"title": "match", "tickvals": [0, 0.5, 1], "ticktext": ["0", "½", "all"], "len": 0.9}))
+    fig.update_layout(title=None if title is None else plotly_text(title), template="plotly_white",
+                      height=max(220, 34 * len(scenarios) + 130), margin={"l": 130, "r": 20, "t": 50, "b": 40},
+                      yaxis={"autorange": "reversed", "type": "category"}, xaxis={"type": "category", "side": "top"})
+    return fig

@@ -6,7 +6,8 @@ from the same downsampled series and figure builders as the dashboard: the triag
 non-finite markers and finding onsets, per-layer routing entropy, the findings with their
 evidence, and, with a proxy, the overlay, both verdicts, the fidelity card (``moeproxy.fidelity``),
 and the proxy recipe (``proxy_report.json`` given, else what
-the proxy run's metadata records). Every text from the store is HTML-escaped. The answer comes
+the proxy run's metadata records); with a fidelity grid (``bench/fidelity.py``'s results.json,
+``moeproxy.fidelity_grid``), its table, verdict-match cells marked, and heat map. Every text from the store is HTML-escaped. The answer comes
 first (the same headline the terminal and the dashboard show); raw JSON (the fidelity card, the
 recipe) is folded away under ``<details>``; local file-system paths are shown by their last part
 only (a report is mailed and attached to tickets).
@@ -32,6 +33,8 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;font-size:.92em} t
 .critical{color:#b00020} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}
 .answer{border:1px solid #ddd;border-radius:.5em;padding:.6em 1em;margin:1em 0;font-size:1.1em}
 details summary{cursor:pointer;color:#555;margin:.4em 0}
+td.match-all{background:#c8e6c9;font-weight:600} td.match-some{background:#ffe0b2;font-weight:600}
+td.match-none{background:#ffcdd2;font-weight:600}
 """
 
 
@@ -118,9 +121,28 @@ def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
     return None
 
 
+def _grid_html(rows: list[dict]) -> str:
+    """A fidelity grid's table and heat map (``rows``: ``moeproxy.fidelity_grid.load_grid``)."""
+    from moeproxy.fidelity_grid import grid_rows, summarise_grid
+    from moeproxy.figures import fidelity_grid_figure
+
+    cells = summarise_grid(rows)
+    lines = grid_rows(cells)
+    head = "".join(f"<th>{_e(k)}</th>" for k in lines[0] if k != "match_level")
+    body = "".join("<tr>" + "".join(
+        f"<td class=match-{row['match_level']}>{_e(v)}</td>" if k == "verdict match" else f"<td>{_e(v)}</td>"
+        for k, v in row.items() if k != "match_level") + "</tr>" for row in lines)
+    return ("<h2>Fidelity grid</h2>"
+            f"<p class=muted>{sum(c.pairs for c in cells)} pairs. Onset gap = |onset proxy - onset full| / onset full; "
+            "r = Pearson correlation of the curves, mean over seeds, beside the replica's (the full model with "
+            "another sampling seed: the noise ceiling); cost = proxy/full, median over seeds.</p>"
+            f"<table class=grid><tr>{head}</tr>{body}</table>" + _figure_html(fidelity_grid_figure(cells), first=False))
+
+
 def render_report(store, run: str, proxy: str | None = None, proxy_report: dict | None = None,
-                  buckets: int = 1500) -> str:
-    """The HTML document (a string) for ``run`` and optionally its ``proxy`` run."""
+                  buckets: int = 1500, grid: list[dict] | None = None) -> str:
+    """The HTML document (a string) for ``run`` and optionally its ``proxy`` run and a fidelity
+    grid's rows (``moeproxy.fidelity_grid.load_grid``)."""
     from moeproxy.diagnose.render import cited_metrics, findings_html
     from moeproxy.figures import TRIAGE_PANELS, compare_figure, heatmap_figure, last_step, triage_figure
     from moeproxy.store.downsample import layer_heatmap, m4_series, metric_names
@@ -178,14 +200,17 @@ def render_report(store, run: str, proxy: str | None = None, proxy_report: dict 
         else:
             parts.append("<p class=muted>No proxy_report.json recorded for this run "
                          "(pass <code>--proxy-report FILE</code>).</p>")
+    if grid:
+        parts.append(_grid_html(grid))
     body = "\n".join(parts)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>moeproxy post-mortem: {_e(run)}</title>"
             f"<style>{_STYLE}</style></head><body>{body}</body></html>")
 
 
 def write_report(store, run: str, target: str | Path, proxy: str | None = None,
-                 proxy_report: str | Path | dict | None = None) -> Path:
-    """Render and write the report; ``proxy_report`` may be a path to proxy_report.json."""
+                 proxy_report: str | Path | dict | None = None, grid: str | Path | None = None) -> Path:
+    """Render and write the report; ``proxy_report`` may be a path to proxy_report.json, ``grid``
+    a fidelity grid's results.json."""
     from moeproxy.outputs import check_target, write_text
 
     target = Path(target)
@@ -194,7 +219,12 @@ def write_report(store, run: str, target: str | Path, proxy: str | None = None,
         raise InputError(f"{shown(target)}: the report is an .html file")
     if isinstance(proxy_report, (str, Path)):
         proxy_report = read_proxy_report(proxy_report)
-    document = render_report(store, run, proxy, proxy_report)
+    rows = None
+    if grid is not None:
+        from moeproxy.fidelity_grid import load_grid
+
+        rows = load_grid(grid)  # before rendering: a bad file is one line, nothing written
+    document = render_report(store, run, proxy, proxy_report, grid=rows)
     write_text(target, document, "report")  # a temporary file beside it, renamed into place
     return target
 

@@ -159,7 +159,7 @@ FLOORS = (
      "outputs", "devices"),
     ("ingest", "store"),
     ("diagnose", "allowed_paths"),
-    ("fidelity", "watch", "sparklines", "figures", "proxy", "reference"),
+    ("fidelity", "fidelity_grid", "watch", "sparklines", "figures", "proxy", "reference"),
     ("jobs", "repro", "report", "demo"),
     ("commands",),
     ("cli", "__main__", "moeproxy"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dashboard"))
-from synthetic_runs import write_demo_dir, write_run_log  # noqa: E402
+from synthetic_runs import grid_row, write_demo_dir, write_grid, write_run_log  # noqa: E402
 
 from moeproxy.cli import main
 from moeproxy.demo import load_demo
@@ -65,3 +65,22 @@ def test_cli_writes_the_report(store, tmp_path, capsys):
         write_report(store, "demo-full", tmp_path / "pm.pdf")
     with pytest.raises(NotFound):
         render_report(store, "demo-full", "missing-proxy")
+
+
+def test_cli_report_with_a_grid_shows_its_table_marked_and_its_heat_map(store, tmp_path, capsys):
+    grid = write_grid(tmp_path / "grid" / "results.json")
+    target = tmp_path / "pm.html"
+    assert main(["report", "demo-full", "--grid", str(grid), "-o", str(target), "--db", str(store.path)]) == 0
+    html = target.read_text()
+    assert "<h2>Fidelity grid</h2>" in html and html.count("Plotly.newPlot") == 3  # triage, heatmap, grid
+    assert "<td class=match-all>✓ 2/2</td>" in html and "<td class=match-some>◐ 1/2</td>" in html
+    assert "<td class=match-none>✗ 0/2</td>" in html and "+0.90 (ceiling +1.00)" in html
+    assert "td.match-none{background:" in html
+    # a bad grid is one line naming the file, and no report is written
+    bad = write_grid(tmp_path / "bad.json", [dict(grid_row("<s>", "cluster", 0.25, 0, "h", "h"), seed="0")])
+    assert main(["report", "demo-full", "--grid", str(bad), "-o", str(tmp_path / "bad.html"),
+                 "--db", str(store.path)]) == 2
+    assert "bad.json: row 1: seed is string" in capsys.readouterr().err and not (tmp_path / "bad.html").exists()
+    # names from the grid file are text
+    hostile = write_grid(tmp_path / "hostile.json", [grid_row("<script>x</script>", "cluster", 0.25, 0, "h", "h")])
+    assert "<script>x</script>" not in render_report(store, "demo-full", grid=json.loads(hostile.read_text()))

@@ -17,6 +17,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: this machine only; use an SSH tunnel)")
+    parser.add_argument("--grid", metavar="FILE", default=None,
+                        help="a fidelity grid's results.json (bench/fidelity.py) shown on the Compare page "
+                             "(default: $MOEPROXY_GRID)")
 
 
 def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
@@ -38,6 +41,11 @@ def run(args) -> int:
     env = dict(os.environ)
     db = resolve_db(args.db) if args.db else default_db_path()
     env["MOEPROXY_DB"] = str(db.resolve()) if isinstance(db, Path) else db
+    if args.grid:
+        from moeproxy.fidelity_grid import load_grid
+
+        load_grid(args.grid)  # a bad file is one line here, not a warning found later on a page
+        env["MOEPROXY_GRID"] = str(Path(args.grid).resolve())
     print(f"moeproxy dashboard on http://{args.host}:{args.port} (store {env['MOEPROXY_DB']}); Ctrl-C stops it",
           file=sys.stderr)
     sys.stdout.flush()

@@ -39,12 +39,13 @@ def app_env(**extra: str) -> dict:
 
 
 @contextmanager
-def dashboard_server(db: Path, workdir: Path, env: dict | None = None):
-    """``moeproxy dashboard --db DB`` on a free port; yields its URL once healthy, stops it after."""
+def dashboard_server(db: Path, workdir: Path, env: dict | None = None, args: tuple[str, ...] = ()):
+    """``moeproxy dashboard --db DB [ARGS]`` on a free port; yields its URL once healthy, stops it after."""
     port = free_port()
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "moeproxy", "dashboard", "--db", str(db), "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "moeproxy", "dashboard", "--db", str(db), "--port", str(port),
+                                 *args],
                                 stdout=log, stderr=subprocess.STDOUT, env=env or app_env(), cwd=workdir)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90

@@ -27,6 +27,8 @@ from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
 
 thresholds(
+    startup_burst_share=(0.05, "records x100 only within this first share of a run that goes on in range: a "
+                               "start-up transient, not a blow-up that lasted"),
     grad_norm_factor=(3.0, "sustained grad-norm level rise that counts as divergence"),
     loss_factor=(1.25, "sustained positive-loss level rise that counts as divergence"),
     loss_rise_over_best=(2.0, "loss above this multiple of its best so far, for good: divergence"),
@@ -80,7 +82,7 @@ RULES = declare(DIVERGENCE, {
                                   "rise_tail_share", "rise_recent_records"), "sustained_rise": ("robust_z", "grad_norm_factor", "loss_factor"),
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor", "spike_recover_records", "spike_log_share",
                                       "calm_after_excursion"),
-               "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage"),
+               "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage", "startup_burst_share"),
                "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"),
@@ -444,6 +446,12 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
     if big.size < 2:
         return None
     if loss is not None and _loss_unmoved_by_lone_spikes(loss, steps, big, cfg):
+        return None
+    span = float(steps[-1] - steps[0])
+    if span > 0 and steps[big[-1]] - steps[0] <= cfg.startup_burst_share * span \
+            and np.flatnonzero(ok)[-1] > big[-1] + cfg.min_history:
+        # every blown-up record in the run's first stretch, the rest of a long run back in range: a
+        # start-up transient (an untrained critic, the first updates) that did not last
         return None
     first = int(steps[big[_blowup_onset(big, cfg.blowup_cluster_records)]])
     top = int(big[int(np.argmax(vals[big]))])

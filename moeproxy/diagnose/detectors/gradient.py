@@ -193,6 +193,11 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                             f"gives no gradient, no update was ever made")]
     names = ([train[0]] if train else []) + [n for n, _ in run.matching(
         lambda n: n.endswith("loss") and n.split("/")[0].split("_")[0] in ("eval", "val", "validation", "valid"))]
+    if run.is_rl and train is not None:
+        # an RL run's other policy losses (DreamerV3's ``actor_loss`` beside its world model's
+        # ``loss``): one repeating a value to seven digits is a policy that no longer updates
+        names += [n for n, _ in run.matching(lambda n: n != train[0] and (canonical_of(n) or ("",))[0] == "loss"
+                                             and not is_validation_loss(n))]
     for name in names:
         s = run.get(name)
         s = s[np.isfinite(s.to_numpy())]
@@ -206,9 +211,11 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         if _digits(v[-1]) < cfg.min_digits:  # ``2.31`` printed five times can repeat by chance
             continue
         began = int(s.index[v.size - n_same])
-        if train is not None and name != train[0] and _improved(train[1][train[1].index >= began], s.index[-1]):
+        if train is not None and name != train[0] and is_validation_loss(name) \
+                and _improved(train[1][train[1].index >= began], s.index[-1]):
             continue  # an evaluation loss repeated while the training loss improves: printed stale, not frozen
-        never = train is not None and not _improved(train[1], began)
+        # (an RL run's other policy loss is dated from where it froze: the run's loss says nothing of it)
+        never = train is not None and (name == train[0] or is_validation_loss(name)) and not _improved(train[1], began)
         onset = int(train[1].index[0]) if never else began
         why = (f"; {train[0]} never fell below its first records' level, so the run never learned"
                if never else "")
