@@ -8,7 +8,10 @@ parameter count, pre-trained by the same recipe) and ``replica`` (the full model
 prompts, another rollout sampling seed: the noise ceiling of every correlation). Each row aggregates the seeds: verdicts that
 match the full run, onset relative difference (mean, max), grad-norm / loss / reward correlation
 (mean +- sd) and training-state ratio; then a back-to-back cost measurement (per-step time,
-training state) of the full model and each ratio's proxy. Results: OUT/results.json, OUT/cost.json, OUT/table.md. The grid itself is moeproxy.repro.grid.
+training state) of the full model and each ratio's proxy. Results: OUT/results.json, OUT/cost.json, OUT/table.md
+(with the per-arm summary against the replica's ceiling, moeproxy.fidelity_grid) and the verdict-match heat
+map (OUT/grid.png and grid.svg where kaleido is installed, else OUT/grid.html). The grid itself is
+moeproxy.repro.grid; `moeproxy dashboard --grid OUT/results.json` and `moeproxy report --grid` show it.
 
     python bench/fidelity.py                       # full grid: 5 scenarios x 3 ratios x 3 seeds + baselines
     python bench/fidelity.py --ratios 0.25 --seeds 0 1 2 --steps 30
@@ -23,6 +26,7 @@ import time
 from pathlib import Path
 
 from moeproxy.commands.repro import add_shape_options, shape_of
+from moeproxy.fidelity_grid import grid_markdown, summarise_grid, write_grid_figure
 from moeproxy.repro.grid import GridSpec, cost_table, grid_table, measure_cost, run_grid
 
 
@@ -64,6 +68,13 @@ def main(argv=None) -> int:
     out = spec.out
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     text = grid_table(rows)
+    figure_note = None
+    if rows:
+        cells = summarise_grid(rows)
+        text += ("\n\nPer scenario and arm, seeds pooled, against the replica's ceiling (onset gap = |onset proxy - "
+                 "onset full| / onset full; r mean over seeds; cost proxy/full, median over seeds):\n\n"
+                 + grid_markdown(cells))
+        figure_note = write_grid_figure(cells, out)[1]
     cost = None
     if args.table_only and (out / "cost.json").is_file():
         cost = json.loads((out / "cost.json").read_text())
@@ -77,6 +88,8 @@ def main(argv=None) -> int:
                  + cost_table(cost))
     (out / "table.md").write_text(text + "\n")
     print(text)
+    if figure_note:
+        print(f"\n{figure_note}")
     print(f"\n{len(rows)} pairs, {args.steps} steps each, seeds {args.seeds}; {time.perf_counter() - started:.0f} s; "
           f"command: python bench/fidelity.py {' '.join(sys.argv[1:])}")
     return 0

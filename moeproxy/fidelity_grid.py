@@ -59,8 +59,8 @@ def _check_row(where: str, row) -> dict:
         raise InputError(f"{where}: a JSON {_type_name(row)}, not a row object")
     missing = [name for name in FIELDS if name not in row]
     if missing:
-        raise InputError(f"{where}: no {', '.join(missing)} (a row of bench/fidelity.py's results.json has "
-                         f"{', '.join(FIELDS)})")
+        raise InputError(f"{where}: no {', '.join(missing)} (every row of bench/fidelity.py's results.json has "
+                         f"{len(FIELDS)} fields: moeproxy.repro.grid.row_of)")
     for name, (types, nullable) in {**FIELDS, **OPTIONAL_FIELDS}.items():
         value = row.get(name)
         if value is None and (nullable or name not in row):

@@ -50,3 +50,16 @@ def test_allowed_roots(tmp_path, monkeypatch):
             resolve_inside_roots(bad)
     with pytest.raises(InputError, match="no such file"):
         resolve_inside_roots(tmp_path / "missing")
+
+
+def test_a_bad_grid_file_stops_the_dashboard_before_it_starts(tmp_path, capsys, monkeypatch):
+    import os
+
+    def no_server(*args):
+        raise AssertionError("the server was started with a bad grid file")
+
+    monkeypatch.setattr(os, "execve", no_server)  # a regression must not replace the test process
+    bad = tmp_path / "results.json"
+    bad.write_text('{"full": {}}')
+    assert main(["dashboard", "--grid", str(bad), "--db", str(tmp_path / "runs.duckdb"), "--port", "1"]) == 2
+    assert "results.json: holds a JSON object, not a list of grid rows" in capsys.readouterr().err

@@ -1,7 +1,11 @@
 """Compare a full run and its proxy: the triage panels overlaid (by step or by fraction of the run),
-with any other runs added to the overlay, and the fidelity card of ``moeproxy compare``."""
+with any other runs added to the overlay, and the fidelity card of ``moeproxy compare``; below them
+the fidelity grid of ``bench/fidelity.py`` (``moeproxy dashboard --grid FILE`` or ``$MOEPROXY_GRID``)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import streamlit as st
 
@@ -10,12 +14,61 @@ from dashboard.safe_text import md_code, md_failure, verdict_badge
 from dashboard.live import REFRESH_SECONDS, grown_series, is_live
 from moeproxy.figures import TRIAGE_PANELS, compare_figure, last_step
 
+
+
+@st.cache_data(ttl=600, max_entries=8, show_spinner=False)
+def grid_cells(path: str, mtime_ns: int, size: int):
+    """The grid file's cells (``moeproxy.fidelity_grid``), read again when the file changes."""
+    from moeproxy.fidelity_grid import load_grid, summarise_grid
+
+    return summarise_grid(load_grid(path))
+
+
+MATCH_BACKGROUND = {"all": "#c8e6c9", "some": "#ffe0b2", "none": "#ffcdd2"}  # light green, orange, red
+
+
+def fidelity_grid_section() -> None:
+    """The grid: verdict match, onset gap and curve agreement beside the replica's ceiling, cost
+    ratio; a table with the match cells marked (symbol and colour) and the match heat map."""
+    st.subheader("Fidelity grid")
+    path = os.environ.get("MOEPROXY_GRID")
+    if not path:
+        st.caption("No grid loaded. Run the grid with `python bench/fidelity.py --out DIR` (or tabulate pairs "
+                   "already run with `--table-only`), then start `moeproxy dashboard --grid DIR/results.json` "
+                   "(or set `MOEPROXY_GRID`).")
+        return
+    try:
+        info = Path(path).stat()
+        cells = grid_cells(path, info.st_mtime_ns, info.st_size)
+    except Exception as exc:  # a warning, never a dead page
+        st.warning(md_failure(exc))
+        return
+    import pandas as pd
+
+    from moeproxy.fidelity_grid import grid_rows
+    from moeproxy.figures import fidelity_grid_figure
+
+    st.caption(f"{md_code(path)}: {sum(c.pairs for c in cells)} pairs. Onset gap = |onset proxy - onset full| / "
+               "onset full; r = Pearson correlation of the curves, mean over seeds, beside the replica's (the "
+               "full model with another sampling seed: the noise ceiling); cost = proxy/full, median over seeds.")
+    rows = grid_rows(cells)
+    levels = [row.pop("match_level") for row in rows]
+    frame = pd.DataFrame(rows)
+    styled = frame.style.apply(
+        lambda column: [f"background-color: {MATCH_BACKGROUND[level]}; font-weight: 600" for level in levels]
+        if column.name == "verdict match" else [""] * len(column), axis=0).hide(axis="index")
+    st.plotly_chart(fidelity_grid_figure(cells), key="fidelity_grid_chart", width="stretch")
+    with st.container(key="fidelity_grid_table"):
+        st.table(styled)
+
+
 st.title("Compare full vs proxy")
 db = queries.db_path()
 version = queries.data_version()
 table = queries.runs(db, version)
 if len(table) < 2:
     st.info("Compare needs two runs: a full run and its proxy (link them on the Runs page).")
+    fidelity_grid_section()
     st.stop()
 
 proxies = table[table["role"] == "proxy"]["run"].tolist()
@@ -114,3 +167,5 @@ else:
         cols[i % 4].metric(label, value)
     with st.expander("Fidelity card (JSON, as `moeproxy compare` prints it)"):
         st.json(card)
+
+fidelity_grid_section()

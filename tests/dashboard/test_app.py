@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from synthetic_runs import write_run_log
+from synthetic_runs import write_grid, write_run_log
 
 from moeproxy.diagnose import CATEGORIES
 from moeproxy.store import Store
@@ -151,6 +151,23 @@ def test_compare_page_overlays_and_shows_the_fidelity_card(app, app_env):
     spec = next(iter(plotly_specs(app).values()))
     lines = {t["name"]: t["line"]["color"] for t in spec["data"] if t.get("mode") == "lines" and "line" in t}
     assert set(others) <= set(lines) and len({lines[n] for n in ["demo-full", "demo-proxy", *others]}) == 4
+
+
+def test_compare_says_how_to_get_a_grid_and_names_a_bad_one(app, app_env, monkeypatch):
+    monkeypatch.delenv("MOEPROXY_GRID", raising=False)
+    app.switch_page("app_pages/compare.py").run()
+    assert not app.exception
+    assert any("moeproxy dashboard --grid" in c.value for c in app.caption)
+    bad = write_grid(app_env / "bad.json", [{"scenario": "healthy"}])
+    monkeypatch.setenv("MOEPROXY_GRID", str(bad))
+    app.run()
+    assert not app.exception
+    warnings = [w.value.replace("\\", "") for w in app.warning]  # shown as text: Markdown escaped
+    assert any("bad.json: row 1: no kind" in w for w in warnings), warnings
+    monkeypatch.setenv("MOEPROXY_GRID", str(write_grid(app_env / "results.json")))
+    app.run()
+    assert not app.exception and not app.warning
+    assert len(app.table) == 1 and "cluster 1/4" in app.table[0].value.to_string()
 
 
 def test_compare_follows_the_proxy_link_when_the_proxy_changes(app, app_env):
