@@ -18,8 +18,9 @@ ratio is nominal, so all its rows of a scenario are one arm) and gives per cell,
 - cost ratio: median over seeds of proxy/full step time, and of the training-state ratio.
 
 ``grid_rows(cells)`` are the same cells as text for a table (one dict per line, plus how well the
-verdicts matched: ``all``, ``some`` or ``none``, for the marking); ``grid_markdown(cells)`` is that
-table in Markdown. The figure is ``moeproxy.figures.fidelity_grid_figure``.
+verdicts matched: ``all``, ``some`` or ``none``, for the marking); ``grid_table_html(cells)`` is that
+table in HTML, escaped and marked (the dashboard and the report show it), ``grid_markdown(cells)``
+in Markdown (table.md, the README). The figure is ``moeproxy.figures.fidelity_grid_figure``.
 """
 
 from __future__ import annotations
@@ -250,6 +251,32 @@ def grid_rows(cells: list[GridCell]) -> list[dict]:
             "match_level": cell.match_level,
         })
     return out
+
+
+def grid_table_html(cells: list[GridCell]) -> str:
+    """``grid_rows`` as one HTML table, every text escaped, the verdict-match cells tinted by how
+    well they matched (inline styles and ``class="match-all|some|none"``): the same table in the
+    dashboard (``st.html``, never Markdown) and in the HTML report."""
+    import html
+
+    from moeproxy.figures import MATCH_BACKGROUND
+
+    rows = grid_rows(cells)
+    if not rows:
+        return ""
+    cell = "border:1px solid #ddd;padding:.3em .6em;text-align:left;font-size:.9em"
+    head = "".join(f'<th style="{cell};background:#f5f5f5">{html.escape(k)}</th>' for k in rows[0] if k != "match_level")
+
+    def td(key: str, value: str, level: str) -> str:
+        if key == "verdict match":
+            return (f'<td class="match-{level}" style="{cell};background:{MATCH_BACKGROUND[level]};font-weight:600;'
+                    f'white-space:nowrap">{html.escape(value)}</td>')
+        return f'<td style="{cell}">{html.escape(value)}</td>'
+
+    body = "".join("<tr>" + "".join(td(k, v, row["match_level"]) for k, v in row.items() if k != "match_level")
+                   + "</tr>" for row in rows)
+    return (f'<div style="overflow-x:auto"><table class="fidelity-grid" style="border-collapse:collapse;margin:.5em 0">'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 def grid_markdown(cells: list[GridCell]) -> str:

@@ -452,8 +452,10 @@ def _root_only(findings: dict | None) -> dict | None:
     return {**findings, "findings": root[:1]}
 
 
-# verdict match of a grid cell, 0 (none of its pairs) .. 1 (all): the verdict colours' red, orange, green
+# verdict match of a grid cell, 0 (none of its pairs) .. 1 (all): the verdict colours' red, orange, green;
+# a table's match cell gets the light tint of the same colour (text stays readable on it)
 MATCH_COLOURSCALE = [[0.0, COLOUR_HEX["red"]], [0.5, COLOUR_HEX["orange"]], [1.0, COLOUR_HEX["green"]]]
+MATCH_BACKGROUND = {"all": "#c8e6c9", "some": "#ffe0b2", "none": "#ffcdd2"}
 
 
 def fidelity_grid_figure(cells, title: str | None = "verdict match per scenario × arm") -> go.Figure:

@@ -33,8 +33,6 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;font-size:.92em} t
 .critical{color:#b00020} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}
 .answer{border:1px solid #ddd;border-radius:.5em;padding:.6em 1em;margin:1em 0;font-size:1.1em}
 details summary{cursor:pointer;color:#555;margin:.4em 0}
-td.match-all{background:#c8e6c9;font-weight:600} td.match-some{background:#ffe0b2;font-weight:600}
-td.match-none{background:#ffcdd2;font-weight:600}
 """
 
 
@@ -123,20 +121,15 @@ def _recipe(store, proxy: str, proxy_report: dict | None) -> dict | None:
 
 def _grid_html(rows: list[dict]) -> str:
     """A fidelity grid's table and heat map (``rows``: ``moeproxy.fidelity_grid.load_grid``)."""
-    from moeproxy.fidelity_grid import grid_rows, summarise_grid
+    from moeproxy.fidelity_grid import grid_table_html, summarise_grid
     from moeproxy.figures import fidelity_grid_figure
 
     cells = summarise_grid(rows)
-    lines = grid_rows(cells)
-    head = "".join(f"<th>{_e(k)}</th>" for k in lines[0] if k != "match_level")
-    body = "".join("<tr>" + "".join(
-        f"<td class=match-{row['match_level']}>{_e(v)}</td>" if k == "verdict match" else f"<td>{_e(v)}</td>"
-        for k, v in row.items() if k != "match_level") + "</tr>" for row in lines)
     return ("<h2>Fidelity grid</h2>"
             f"<p class=muted>{sum(c.pairs for c in cells)} pairs. Onset gap = |onset proxy - onset full| / onset full; "
             "r = Pearson correlation of the curves, mean over seeds, beside the replica's (the full model with "
             "another sampling seed: the noise ceiling); cost = proxy/full, median over seeds.</p>"
-            f"<table class=grid><tr>{head}</tr>{body}</table>" + _figure_html(fidelity_grid_figure(cells), first=False))
+            + grid_table_html(cells) + _figure_html(fidelity_grid_figure(cells), first=False))
 
 
 def render_report(store, run: str, proxy: str | None = None, proxy_report: dict | None = None,

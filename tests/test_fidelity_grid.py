@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "dashboard"))
 from synthetic_runs import grid_row, grid_rows, write_grid  # noqa: E402
 
 from moeproxy.errors import InputError
-from moeproxy.fidelity_grid import (arm_label, grid_markdown, grid_rows as table_rows, load_grid, summarise_grid,
-                                    write_grid_figure)
+from moeproxy.fidelity_grid import (arm_label, grid_markdown, grid_rows as table_rows, grid_table_html, load_grid,
+                                    summarise_grid, write_grid_figure)
 from moeproxy.figures import fidelity_grid_figure
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +118,12 @@ def test_the_heat_map_and_its_file(tmp_path):
         assert {p.suffix for p in written} == {".png", ".svg"}
 
 
-def test_hostile_names_are_text_in_the_figure():
-    cells = summarise_grid([grid_row("<b>x</b>", "cluster", 0.25, 0, "healthy", "healthy")])
+def test_hostile_names_are_text_in_the_figure_and_the_html_table():
+    cells = summarise_grid([grid_row("<b>x</b>", "cluster", 0.25, 0, "healthy", "healthy"),
+                            grid_row("<b>x</b>", "random", 0.25, 0, "healthy", "overflow")])
     fig = fidelity_grid_figure(cells)
     assert list(fig.data[0].y) == ["&lt;b&gt;x&lt;/b&gt;"] and "<b>" not in fig.data[0].hovertext[0][0]
+    table = grid_table_html(cells)
+    assert "<b>" not in table and table.count("&lt;b&gt;x&lt;/b&gt;") == 2
+    assert table.count('class="match-all"') == 1 and table.count('class="match-none"') == 1
+    assert table.count("<tr>") == 3 and "<th" in table

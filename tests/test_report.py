@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -73,9 +74,9 @@ def test_cli_report_with_a_grid_shows_its_table_marked_and_its_heat_map(store, t
     assert main(["report", "demo-full", "--grid", str(grid), "-o", str(target), "--db", str(store.path)]) == 0
     html = target.read_text()
     assert "<h2>Fidelity grid</h2>" in html and html.count("Plotly.newPlot") == 3  # triage, heatmap, grid
-    assert "<td class=match-all>✓ 2/2</td>" in html and "<td class=match-some>◐ 1/2</td>" in html
-    assert "<td class=match-none>✗ 0/2</td>" in html and "+0.90 (ceiling +1.00)" in html
-    assert "td.match-none{background:" in html
+    for level, text, colour in (("all", "✓ 2/2", "#c8e6c9"), ("some", "◐ 1/2", "#ffe0b2"), ("none", "✗ 0/2", "#ffcdd2")):
+        assert re.search(f'<td class="match-{level}" style="[^"]*background:{colour}[^"]*">{text}</td>', html), level
+    assert "+0.90 (ceiling +1.00)" in html
     # a bad grid is one line naming the file, and no report is written
     bad = write_grid(tmp_path / "bad.json", [dict(grid_row("<s>", "cluster", 0.25, 0, "h", "h"), seed="0")])
     assert main(["report", "demo-full", "--grid", str(bad), "-o", str(tmp_path / "bad.html"),

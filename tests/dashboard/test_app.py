@@ -167,7 +167,8 @@ def test_compare_says_how_to_get_a_grid_and_names_a_bad_one(app, app_env, monkey
     monkeypatch.setenv("MOEPROXY_GRID", str(write_grid(app_env / "results.json")))
     app.run()
     assert not app.exception and not app.warning
-    assert len(app.table) == 1 and "cluster 1/4" in app.table[0].value.to_string()
+    tables = [h.value for h in app.get("html") if "fidelity-grid" in h.value]
+    assert len(tables) == 1 and "cluster 1/4" in tables[0] and 'class="match-some"' in tables[0]
 
 
 def test_compare_follows_the_proxy_link_when_the_proxy_changes(app, app_env):
@@ -220,6 +221,18 @@ def test_report_page_offers_the_html(app):
     assert not [s for s in app.selectbox if s.key.startswith(("report_proxy", "report_recipe"))]
     assert any("moeproxy report demo-proxy -o" in c.value for c in app.caption)
     assert any("No proxy run is linked" in c.value for c in app.caption)
+
+
+def test_report_page_takes_the_dashboards_grid(app, app_env, monkeypatch):
+    monkeypatch.setenv("MOEPROXY_GRID", str(write_grid(app_env / "grid" / "results.json")))
+    app.switch_page("app_pages/report.py").run()
+    assert not app.exception and not app.warning
+    assert any("--grid" in c.value and "results.json -o" in c.value for c in app.caption)
+    monkeypatch.setenv("MOEPROXY_GRID", str(write_grid(app_env / "bad.json", [])))
+    app.run()
+    assert not app.exception and not app.error  # the report is still offered, without the grid
+    assert any("left out of the report" in w.value for w in app.warning)
+    assert not any("--grid" in c.value for c in app.caption)
 
 
 def test_proxy_page_plans_a_config_only_directory_but_offers_no_build(app, app_env):
