@@ -271,7 +271,7 @@ def grid_table_html(cells: list[GridCell]) -> str:
         if key == "verdict match":
             return (f'<td class="match-{level}" style="{cell};background:{MATCH_BACKGROUND[level]};font-weight:600;'
                     f'white-space:nowrap">{html.escape(value)}</td>')
-        return f'<td style="{cell}">{html.escape(value)}</td>'
+        return f'<td style="{cell}{";white-space:nowrap" if key == "arm" else ""}">{html.escape(value)}</td>'
 
     body = "".join("<tr>" + "".join(td(k, v, row["match_level"]) for k, v in row.items() if k != "match_level")
                    + "</tr>" for row in rows)

@@ -15,16 +15,12 @@ from dashboard.live import REFRESH_SECONDS, grown_series, is_live
 from moeproxy.figures import TRIAGE_PANELS, compare_figure, last_step
 
 
-
 @st.cache_data(ttl=600, max_entries=8, show_spinner=False)
 def grid_cells(path: str, mtime_ns: int, size: int):
     """The grid file's cells (``moeproxy.fidelity_grid``), read again when the file changes."""
     from moeproxy.fidelity_grid import load_grid, summarise_grid
 
     return summarise_grid(load_grid(path))
-
-
-MATCH_BACKGROUND = {"all": "#c8e6c9", "some": "#ffe0b2", "none": "#ffcdd2"}  # light green, orange, red
 
 
 def fidelity_grid_section() -> None:
@@ -43,23 +39,15 @@ def fidelity_grid_section() -> None:
     except Exception as exc:  # a warning, never a dead page
         st.warning(md_failure(exc))
         return
-    import pandas as pd
-
-    from moeproxy.fidelity_grid import grid_rows
+    from moeproxy.fidelity_grid import grid_table_html
     from moeproxy.figures import fidelity_grid_figure
 
     st.caption(f"{md_code(path)}: {sum(c.pairs for c in cells)} pairs. Onset gap = |onset proxy - onset full| / "
                "onset full; r = Pearson correlation of the curves, mean over seeds, beside the replica's (the "
                "full model with another sampling seed: the noise ceiling); cost = proxy/full, median over seeds.")
-    rows = grid_rows(cells)
-    levels = [row.pop("match_level") for row in rows]
-    frame = pd.DataFrame(rows)
-    styled = frame.style.apply(
-        lambda column: [f"background-color: {MATCH_BACKGROUND[level]}; font-weight: 600" for level in levels]
-        if column.name == "verdict match" else [""] * len(column), axis=0).hide(axis="index")
     st.plotly_chart(fidelity_grid_figure(cells), key="fidelity_grid_chart", width="stretch")
     with st.container(key="fidelity_grid_table"):
-        st.table(styled)
+        st.html(grid_table_html(cells))  # escaped HTML: names from the file are text, never Markdown
 
 
 st.title("Compare full vs proxy")

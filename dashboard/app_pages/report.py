@@ -1,7 +1,9 @@
-"""Report: export a self-contained HTML post-mortem of a run (and its proxy)."""
+"""Report: export a self-contained HTML post-mortem of a run (and its proxy, and the fidelity grid
+the dashboard was started with: ``--grid`` / ``$MOEPROXY_GRID``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import streamlit as st
@@ -40,24 +42,41 @@ if proxy is not None:
 
 
 @st.cache_data(ttl=600, max_entries=8, show_spinner="Rendering the report ...")
-def report_html(db: str, version: int, run: str, proxy: str | None, recipe_path: str | None) -> str:
+def report_html(db: str, version: int, run: str, proxy: str | None, recipe_path: str | None,
+                grid: tuple[str, int] | None = None) -> str:
     import json
 
     from moeproxy.report import render_report
 
     recipe = json.loads(Path(recipe_path).read_text()) if recipe_path else None
-    return render_report(queries.store(), run, proxy, proxy_report=recipe)
+    rows = None
+    if grid is not None:
+        from moeproxy.fidelity_grid import load_grid
+
+        rows = load_grid(grid[0])
+    return render_report(queries.store(), run, proxy, proxy_report=recipe, grid=rows)
 
 
+grid = None
+if os.environ.get("MOEPROXY_GRID"):
+    from moeproxy.fidelity_grid import load_grid
+
+    grid_file = os.environ["MOEPROXY_GRID"]
+    try:  # a grid that cannot be read leaves it out of the report, with a warning
+        load_grid(grid_file)
+        grid = (grid_file, Path(grid_file).stat().st_mtime_ns)
+    except Exception as exc:
+        st.warning(f"The fidelity grid is left out of the report: {md_failure(exc)}")
 try:
-    document = report_html(db, version, run, proxy, recipe_path)
+    document = report_html(db, version, run, proxy, recipe_path, grid)
 except Exception as exc:  # a bad recipe file or store content: one error line, not a dead page
     st.error(md_failure(exc))
     st.stop()
 st.download_button("Download HTML report", document, file_name=f"{run}-postmortem.html", mime="text/html",
                    key="report_download", type="primary")
 st.caption(f"{len(document) / 1e6:.1f} MB, self-contained (plotly.js inlined). Same from a shell: "
-           + md_code(f"moeproxy report {run}{' --proxy ' + proxy if proxy else ''} -o {run}.html"))
+           + md_code(f"moeproxy report {run}{' --proxy ' + proxy if proxy else ''}"
+                     f"{' --grid ' + grid[0] if grid else ''} -o {run}.html"))
 if st.toggle("Preview the report here", key="report_preview"):
     import streamlit.components.v1 as components
 
