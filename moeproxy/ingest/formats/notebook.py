@@ -3,7 +3,8 @@ training cell (Stable-Baselines' tables, Keras' epoch lines, a Trainer's dicts, 
 log like any other, kept in the notebook's JSON as each output's text.
 
 - The text read is every cell's outputs in order: a ``stream`` output's text, an ``execute_result``'s
-  or ``display_data``'s ``text/plain``, an ``error``'s ``ename: evalue`` line (a NaN guard stopping
+  or ``display_data``'s ``text/plain`` (its ``text/html`` tables as Markdown where it has them: the
+  Hugging Face Trainer's progress table), an ``error``'s ``ename: evalue`` line (a NaN guard stopping
   the run is evidence); cell sources and images are not output.
 - That text is read as a log file of its own, its format detected as for any file, and stored as the
   notebook's (path and sha256 of the notebook's bytes); the format is named ``notebook/<format>``.
@@ -17,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from moeproxy.errors import InputError
+from moeproxy.ingest.formats.html_tables import TABLE_OPEN, tables_as_text
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import SourceFile
 
@@ -45,7 +47,11 @@ def output_text(doc: dict) -> tuple[str, int]:
                 text = _text(out.get("text"))
             elif kind in ("execute_result", "display_data", "pyout"):
                 data = out.get("data") if isinstance(out.get("data"), dict) else out
-                text = _text(data.get("text/plain") if "text/plain" in data else data.get("text"))
+                html = _text(data.get("text/html"))
+                # the Hugging Face Trainer's progress table is HTML only (its text/plain is
+                # ``<IPython.core.display.HTML object>``): its tables, as Markdown
+                tables = tables_as_text(html)[0] if html and TABLE_OPEN.search(html) else ""
+                text = tables or _text(data.get("text/plain") if "text/plain" in data else data.get("text"))
             elif kind in ("error", "pyerr"):
                 text = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"
             else:
