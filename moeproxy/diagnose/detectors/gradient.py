@@ -56,10 +56,13 @@ RULES = declare(VANISHING_GRADIENT, {
     "reward_at_floor": "an RL reward exactly at its lowest value on nearly every record, to the end: nothing is learned",
     "groups_all_equal": "the groups' reward std 0 on nearly every record and the reward level: nothing is learned",
     "loss_never_moved": "a training loss that never left a narrow band from the run's start: the run never learned",
+    "reward_never_moved": "an RL reward at or below 0 that never left a narrow band from the run's start: nothing "
+                          "was ever learned (the groups' answers all scored the same penalty)",
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
 }, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
-               "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
+               "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),
+               "reward_never_moved": ("never_learned_records", "never_learned_noisy_band", "never_learned_trend"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
                "lr_zero": ("vanishing_min_records", "lr_decayed_share"),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
@@ -287,7 +290,7 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
                             f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the "
                             f"groups' rewards are all equal, so no update has anything to learn from")]
-    hit = _groups_all_equal(run, cfg)
+    hit = _groups_all_equal(run, cfg) or _reward_never_moved(run, cfg)
     if hit is not None or reward is None:
         return [hit] if hit is not None else []
     name, s = reward
@@ -307,6 +310,40 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     f"{name} is at its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
                     f"records from step {first} (last {q}: {int(floor[-q:].sum())}): every sample of the groups "
                     f"scored the same, so no update has anything to learn from")]
+
+
+def _reward_never_moved(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md "the run never learns at all", read on an RL reward as ``loss_never_moved`` reads a
+    loss: logged from the run's start over ``never_learned_records`` records or more, at or below 0
+    (no answer ever earned anything: a penalty for an unfinished or malformed answer, -0.1 on every
+    sample), its 5-95 % range within ``never_learned_noisy_band`` of its size and its first and last
+    quarters' medians within ``never_learned_trend`` of it. A reward sitting high (a converged run at
+    its ceiling) is not read this way; 0 in every record was never computed."""
+    reward = run.resolve("reward_mean")
+    if reward is None:
+        return None
+    name, s = reward
+    s = s[np.isfinite(s.to_numpy())]
+    v = s.to_numpy(dtype=float)
+    if v.size < cfg.never_learned_records or not np.any(v):
+        return None
+    level = float(np.median(v))
+    if level > 0 or float(v.max()) > 0:
+        return None
+    gap = max(run.step_gap, float(np.median(np.diff(s.index.to_numpy()))))
+    if not (s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap):
+        return None
+    low, high = np.quantile(v, [0.05, 0.95])
+    q = quarter_count(v.size)
+    trend = abs(float(np.median(v[-q:]) - np.median(v[:q])))
+    size = abs(level)
+    if high - low > cfg.never_learned_noisy_band * size or trend > cfg.never_learned_trend * size:
+        return None
+    first = int(s.index[0])
+    return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "reward_never_moved",
+                   f"{name} stayed at {ev.median_of(s)} (5th percentile {fmt(low)}, 95th {fmt(high)}) over all "
+                   f"{v.size} records from the run's start at step {first}, never above 0: no answer earned "
+                   f"anything, so no update had anything to learn from")
 
 
 def _groups_all_equal(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
