@@ -122,7 +122,11 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     # reader takes over when it reads ten times as many values of metrics the vocabulary knows and
     # loses none of the evidence the winner read
     sparse = not thin and parsed.skipped_lines > SKIPPED_PER_VALUE * len(parsed.rows)
-    if (thin or sparse) and fmt == "auto":
+    # DeepSpeed's engine lines alone (``step=17, skipped=0, lr=[1e-06]``, no Megatron iteration line)
+    # are never a trainer's own records: the lines between them are (``steps: 18 loss: nan``)
+    engine_only = (not thin and parsed.format == "megatron" and parsed.framework == "deepspeed"
+                   and parsed.skipped_lines > 0)
+    if (thin or sparse or engine_only) and fmt == "auto":
         from moeproxy.ingest.detect import past_preamble, runners_up
         from moeproxy.ingest.registry import FORMATS
 
@@ -135,14 +139,15 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
             others.append(last)
         # ten times what the winner read; after a failed winner, a hundred values or more (a small
         # file that is broken where it claims a format keeps the error that says where)
-        measure = _known_values if sparse else (lambda p: len(p.rows))
-        need = THIN_ROWS if parsed is None else 10 * measure(parsed) + 1
+        measure = _known_values if sparse or engine_only else (lambda p: len(p.rows))
+        need = THIN_ROWS if parsed is None else (10 if sparse or thin else 1) * measure(parsed) + 1
+        careful = sparse or engine_only  # the winner read something: lose none of it
         for other in others:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
-            if measure(attempt) >= need and (not sparse or _evidence(parsed) <= _evidence(attempt)):
+            if measure(attempt) >= need and (not careful or _evidence(parsed) <= _evidence(attempt)):
                 parsed, log_format = attempt, other
                 break
     if parsed is None:

@@ -72,7 +72,19 @@ def canonical_of(original: str) -> tuple[str, int] | None:
             hit = canonical_of(joined)
             if hit is not None:
                 return hit[0], hit[1] + 400
+    m = _MEAN_SUFFIX.search(original)
+    if m and m.start() > 0 and original[: m.start()] in _LOOKUP:
+        # the mean over ranks or micro-batches of a metric under its own name (``grad_norm_mean``,
+        # ``kl/mean``): that metric, below the name itself and its listed aliases
+        canon, rank = _LOOKUP[original[: m.start()]]
+        if canon in _MEAN_OF:
+            return canon, rank + 600
     return _after_run_prefix(original)
+
+
+_MEAN_SUFFIX = re.compile(r"(?:_mean|/mean|_avg)$")
+# the metrics whose mean over ranks is still that metric (a reward's or a length's is listed where known)
+_MEAN_OF = frozenset({"loss", "grad_norm", "kl", "ppo_kl", "policy_entropy", "clipfrac", "loss_scale"})
 
 
 # Leading words that change what a name measures: never stripped to find an alias.

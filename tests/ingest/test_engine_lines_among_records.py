@@ -85,3 +85,28 @@ def test_a_printed_config_before_verl_step_lines_does_not_hide_them(tmp_path):
     names = set(parsed.frame.metric.unique())
     assert {"actor/entropy", "critic/score/mean"} <= names
     assert len(parsed.frame[parsed.frame.metric == "critic/score/mean"]) == 120
+
+
+def test_a_trainers_steps_lines_between_deepspeed_engine_lines_are_the_records(tmp_path):
+    # diffusion-pipe prints ``steps: N loss: X`` between DeepSpeed's ``step=N, skipped=0, lr=[...]``
+    lines = []
+    for step in range(16, 24):
+        lines.append(f"steps: {step} loss: {'nan' if step >= 18 else f'{0.8 - step / 100:.4f}'} iter time (s): 3.181 "
+                     f"samples/sec: 0.314")
+        lines.append(f"[2026-07-30 09:16:29,681] [INFO] [logging.py:123:log_dist] [Rank 0] step={step + 1}, "
+                     f"skipped=0, lr=[1e-06], mom=[0.0]")
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    frame = parse_file(log).frame
+    loss = frame[frame.metric == "loss"]
+    assert sorted(loss.step) == list(range(16, 24)) and loss[loss.step >= 18].value.isna().all()
+    assert diagnose_frame(frame)["verdict"] == "overflow"
+
+
+def test_a_bars_percentage_after_its_description_is_no_step(tmp_path):
+    log = tmp_path / "sd.log"
+    log.write_text("Steps:   0%|          | 0/3000 [00:00<?, ?it/s]\n" + "".join(
+        f"Steps:   0%|          | {s}/3000 [01:30<22:57:31, 27.58s/it, loss={v}, lr=0.002]\n"
+        for s, v in [(1, 0.146), (2, 0.146), (3, 0.0955), (4, "nan"), (5, "nan")]))
+    loss = parse_file(log).frame
+    assert sorted(loss[loss.metric == "loss"].step) == [1, 2, 3, 4, 5]

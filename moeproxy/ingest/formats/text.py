@@ -28,8 +28,8 @@ from moeproxy.ingest.values import NONFINITE_WORDS
 from moeproxy.vocabulary import split_prefix
 
 STEP = re.compile(
-    r"(?<![\w/])(?:global[_ ]step|train[_/]step|num_updates|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
-    r"(?:\s*/\s*\d+)?(?![\w.])",
+    r"(?<![\w/])(?:global[_ ]step|train[_/]step|num_updates|steps(?=\s*[:=])|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
+    r"(?:\s*/\s*\d+)?(?![\w.%])",  # (``Steps:   0%|`` is a bar's percentage, no counter)
     re.IGNORECASE,
 )
 # a tqdm bar: ``| 5/300 [`` or, drawn without its bar (no terminal), ``  1% 1/184 [``
@@ -62,7 +62,7 @@ STEP_NAME_VALUE = re.compile(r"^\s*(\d+)\s+([A-Za-z_][\w./\-]*)\s+(" + r"[-+]?(?
                              r"[-+]?(?:nan|inf(?:inity)?)" + r")\s*$", re.IGNORECASE)
 SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": "val: loss",
               "validation": "val: loss", "eval": "eval: loss", "test": "test: loss"}
-EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*/\s*\d+\s*$", re.IGNORECASE)
+EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*(?:/\s*(\d+))?\s*$", re.IGNORECASE)
 # a counter on a line of its own, perhaps framed (``********** Iteration 3 **********``, ``=== Step 200 ===``):
 # the ``key : value`` lines after it, one pair a line, are that step's record (Berkeley's RL homework logger)
 STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update|timesteps?)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\s*=#~_-]*$",
@@ -346,7 +346,10 @@ def parse_text(src: SourceFile) -> ParsedLog:
         line = _strip(raw)
         header = EPOCH_HEADER.match(line)
         if header:
-            header_epoch = int(header.group(1))
+            if not (header.group(2) == "1" and header_epoch is not None):
+                # (Keras' ``Epoch 1/1`` of a loop that fits one epoch at a time under its own
+                # ``epoch 56`` line: the loop's count goes on)
+                header_epoch = int(header.group(1))
             continue
         header = STEP_HEADER.match(line)
         if header:
