@@ -290,33 +290,55 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "updates_empty",
                             f"{name} is exactly 0 on {share:.0%} of {v.size} updates from step {first}{why}: the "
                             f"groups' rewards are all equal, so no update has anything to learn from")]
-    hit = _groups_all_equal(run, cfg) or _reward_never_moved(run, cfg)
+    hit = _groups_all_equal(run, cfg)
     if hit is not None or reward is None:
         return [hit] if hit is not None else []
+    at_floor = _reward_at_floor(reward, cfg)
+    if at_floor is None:  # not at its lowest value throughout: a penalty it never left, read as a band
+        at_floor = _reward_never_moved(run, cfg)
+    return [at_floor] if at_floor is not None else []
+
+
+def _reward_at_floor(reward: tuple[str, pd.Series], cfg: DiagnoseConfig) -> Finding | None:
+    """The mean reward at exactly its lowest value on ``empty_update_share`` of the records of each
+    quarter of the run (``_empty_updates``)."""
     name, s = reward
     s = s[np.isfinite(s.to_numpy())]
     r = s.to_numpy(dtype=float)
     if r.size < 2 * cfg.vanishing_min_records or (r.min() == r.max() == 0):
-        return []  # 0 in every record: never computed (LABELS.md "Data before signals")
+        return None  # 0 in every record: never computed (LABELS.md "Data before signals")
     # at its lowest value: exactly, or to ``floor_tolerance`` of it (a time-out penalty of -30 every
     # episode, a few -29.95 where an agent touched something)
     floor = r <= r.min() + cfg.floor_tolerance * abs(float(r.min()))
     q = quarter_count(r.size)
     shares = [float(part.mean()) for part in np.array_split(floor, 4)]
     if min(shares) < cfg.empty_update_share:  # in every quarter: a reward that rose for a while and fell back collapsed
-        return []
+        return None
     first = int(s.index[0])
-    return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "reward_at_floor",
-                    f"{name} is at its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
-                    f"records from step {first} (last {q}: {int(floor[-q:].sum())}): every sample of the groups "
-                    f"scored the same, so no update has anything to learn from")]
+    return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "reward_at_floor",
+                   f"{name} is at its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
+                   f"records from step {first} (last {q}: {int(floor[-q:].sum())}): every sample of the groups "
+                   f"scored the same, so no update has anything to learn from")
+
+
+def _from_run_start(run: RunSeries, s: pd.Series) -> bool:
+    """The series is logged from the run's start (its first record within two of the log's gaps)."""
+    gap = max(run.step_gap, float(np.median(np.diff(s.index.to_numpy()))))
+    return bool(s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap)
+
+
+def _band_and_trend(v: np.ndarray) -> tuple[float, float, float]:
+    """(5th percentile, 95th percentile, last quarter's median minus the first quarter's)."""
+    low, high = np.quantile(v, [0.05, 0.95])
+    q = quarter_count(v.size)
+    return float(low), float(high), float(np.median(v[-q:]) - np.median(v[:q]))
 
 
 def _reward_never_moved(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
     """LABELS.md "the run never learns at all", read on an RL reward as ``loss_never_moved`` reads a
     loss: logged from the run's start over ``never_learned_records`` records or more, at or below 0
     (no answer ever earned anything: a penalty for an unfinished or malformed answer, -0.1 on every
-    sample), its 5-95 % range within ``never_learned_noisy_band`` of its size and its first and last
+    sample: that one value on half the records or more), its 5-95 % range within ``never_learned_noisy_band`` of its size and its first and last
     quarters' medians within ``never_learned_trend`` of it. A reward sitting high (a converged run at
     its ceiling) is not read this way; 0 in every record was never computed."""
     reward = run.resolve("reward_mean")
@@ -330,14 +352,14 @@ def _reward_never_moved(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
     level = float(np.median(v))
     if level > 0 or float(v.max()) > 0:
         return None
-    gap = max(run.step_gap, float(np.median(np.diff(s.index.to_numpy()))))
-    if not (s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap):
+    _, counts = np.unique(v, return_counts=True)
+    if counts.max() < 0.5 * v.size:
+        return None  # no one value most samples earn (a penalty): a return that varies a little is no such floor
+    if not _from_run_start(run, s):
         return None
-    low, high = np.quantile(v, [0.05, 0.95])
-    q = quarter_count(v.size)
-    trend = abs(float(np.median(v[-q:]) - np.median(v[:q])))
+    low, high, trend = _band_and_trend(v)
     size = abs(level)
-    if high - low > cfg.never_learned_noisy_band * size or trend > cfg.never_learned_trend * size:
+    if high - low > cfg.never_learned_noisy_band * size or abs(trend) > cfg.never_learned_trend * size:
         return None
     first = int(s.index[0])
     return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "reward_never_moved",
@@ -476,14 +498,10 @@ def _never_moved(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -
     v = s.to_numpy(dtype=float)
     if v.size < cfg.never_learned_records or float(np.median(v)) <= 0:
         return None
-    gap = max(run.step_gap, float(np.median(np.diff(s.index.to_numpy()))))
-    at_start = s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap
-    if not at_start:
+    if not _from_run_start(run, s):
         return None
-    low, high = np.quantile(v, [0.05, 0.95])
+    low, high, trend = _band_and_trend(v)  # (trend: a noisy loss that is level from start to end)
     level = float(np.median(v))
-    q = quarter_count(v.size)
-    trend = float(np.median(v[-q:]) - np.median(v[:q]))  # a noisy loss that is level from start to end
     if trend < 0 and -trend > cfg.learning_decline * diff_noise(v) and -trend > cfg.learning_min_share * level:
         return None  # a loss falling steadily, slowly (a live run's first records): it is learning
     if high - low > cfg.never_learned_band * level and not (
