@@ -27,6 +27,7 @@ from moeproxy.diagnose.rules import declare
 thresholds(
     entropy_floor_fraction=(0.15, "policy entropy below this share of its start: collapsed (LABELS.md: 10-20 %)"),
     entropy_blowup_factor=(3.0, "LABELS.md: entropy x3 or more and staying: the policy blew up"),
+    entropy_blowup_min_rise=(0.05, "... and up by this many nats at least (0.001 -> 0.004 is still deterministic)"),
     entropy_floor_stays=(0.9, "... from the first record below the floor, this share of the rest stays below it"),
     entropy_stall_share=(0.1, "a reward that gains at most this share of its whole rise once the entropy "
                               "collapsed has stalled (LABELS.md: 'reward flat or falling after')"),
@@ -47,7 +48,7 @@ RULES = declare(DIVERGENCE, {
     "entropy_rise": "policy entropy doubled and staying (a warning)",
     "action_std_blowup": "a Gaussian policy's action std climbing to x2.5 or more of its start: the policy blew up",
 }, damage=("entropy_blowup", "action_std_blowup"),
-   thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_rise_share", "spike_recover_records"),
+   thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_blowup_min_rise", "entropy_rise_share", "spike_recover_records"),
                "action_std_blowup": ("std_blowup_factor", "std_at_top", "std_climb_trend", "std_onset_factor", "std_stays_share")})
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
@@ -180,9 +181,19 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     def level(rise):
         return max(rise[2], end) if rise[1] is None else rise[2]
 
-    blowups = [r for r in rises if level(r) >= cfg.entropy_blowup_factor * start]
+    # ... and by how far it rose in nats: a policy at 0.001 nats a token that reaches 0.004 tripled,
+    # and is as deterministic as before (no output spread toward uniform)
+    blowups = [r for r in rises if level(r) >= cfg.entropy_blowup_factor * start
+               and level(r) - start >= cfg.entropy_blowup_min_rise]
     blown = bool(blowups)
     onset, back, held = (blowups or rises)[0]
+    if blown:
+        # dated where it first stood ``entropy_blowup_min_rise`` above the start: a rise of a
+        # thousandth of a nat that the blow-up later grew out of is not yet visible as one
+        within = s[(s.index >= onset) & ((s.index < back) if back is not None else True)]
+        up = within[within.to_numpy() - start >= cfg.entropy_blowup_min_rise]
+        if len(up):
+            onset = int(up.index[0])
     top = ev.extreme(s, onset, back)
     peak = f", peak {ev.rec(s, top[0])}" if top is not None and top[0] != onset else ""
     came = (f"; it came back at step {back} after holding a median {fmt(held)} ({fmt(held / start)}x)"
