@@ -91,8 +91,11 @@ class IngestResult(list):
 
 LAST_RESORT = "line-templates"
 THIN_ROWS = 100  # a winner that read fewer values than this among ten times as many skipped lines
-# ... or, of any size, more skipped lines than this per value read
+# ... or, of any size, more skipped lines than this per value read, and than this per value of a
+# metric the vocabulary knows (a 3 MB log of printed dicts among prints is read; its known values
+# are many: no other reader is tried, which would cost seconds)
 SKIPPED_PER_VALUE = 5
+SKIPPED_PER_KNOWN = 20
 
 
 def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, carry: dict | None = None) -> ParsedLog:
@@ -121,7 +124,8 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     # before verl's step lines; DeepSpeed's engine lines among DeepSpeed-Chat's own): another
     # reader takes over when it reads ten times as many values of metrics the vocabulary knows and
     # loses none of the evidence the winner read
-    sparse = not thin and parsed.skipped_lines > SKIPPED_PER_VALUE * len(parsed.rows)
+    sparse = (not thin and parsed.skipped_lines > SKIPPED_PER_VALUE * len(parsed.rows)
+              and parsed.skipped_lines > SKIPPED_PER_KNOWN * _known_values(parsed))
     # DeepSpeed's engine lines alone (``step=17, skipped=0, lr=[1e-06]``, no Megatron iteration line)
     # are never a trainer's own records: the lines between them are (``steps: 18 loss: nan``)
     engine_only = (not thin and parsed.format == "megatron" and parsed.framework == "deepspeed"
@@ -130,13 +134,16 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
         from moeproxy.ingest.detect import past_preamble, runners_up
         from moeproxy.ingest.registry import FORMATS
 
-        others = runners_up(src, log_format)
-        others += [f for f in past_preamble(src, log_format) if f not in others]
-        # and the last resort, whose sniffer looks at the head only (records that start after a
-        # preamble longer than a quarter of it: a Marian log's 220 lines of options)
-        last = FORMATS.get(LAST_RESORT)
-        if last is not None and last is not log_format and last not in others:
-            others.append(last)
+        if engine_only and not (thin or sparse):  # the trainer's lines around DeepSpeed's: plain text
+            others = [FORMATS["text"]]
+        else:
+            others = runners_up(src, log_format)
+            others += [f for f in past_preamble(src, log_format) if f not in others]
+            # and the last resort, whose sniffer looks at the head only (records that start after a
+            # preamble longer than a quarter of it: a Marian log's 220 lines of options)
+            last = FORMATS.get(LAST_RESORT)
+            if last is not None and last is not log_format and last not in others:
+                others.append(last)
         # ten times what the winner read; after a failed winner, a hundred values or more (a small
         # file that is broken where it claims a format keeps the error that says where)
         measure = _known_values if sparse or engine_only else (lambda p: len(p.rows))
