@@ -27,6 +27,8 @@ from moeproxy.diagnose.rules import declare
 thresholds(
     entropy_floor_fraction=(0.15, "policy entropy below this share of its start: collapsed (LABELS.md: 10-20 %)"),
     entropy_blowup_factor=(3.0, "LABELS.md: entropy x3 or more and staying: the policy blew up"),
+    entropy_update_drop=(0.5, "an entropy below this share of the record before, within a long log's first twentieth: "
+                              "one update that dropped it (its start is the level before)"),
     entropy_blowup_min_rise=(0.05, "... and up by this many nats at least (0.001 -> 0.004 is still deterministic)"),
     entropy_floor_stays=(0.9, "... from the first record below the floor, this share of the rest stays below it"),
     entropy_stall_share=(0.1, "a reward that gains at most this share of its whole rise once the entropy "
@@ -55,7 +57,8 @@ RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
     "entropy_drop_reward_at_ceiling": "entropy falling after the reward rose to its ceiling (converged, not a collapse)",
 }, thresholds={"entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays", "entropy_stall_share",
-                                  "entropy_stall_span", "entropy_rise_share", "spike_recover_records")}))
+                                  "entropy_stall_span", "entropy_rise_share", "spike_recover_records",
+                                  "entropy_update_drop")}))
 
 
 def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
@@ -114,7 +117,7 @@ def _entropy(run: RunSeries, cfg: DiagnoseConfig):
     # the level it fell from
     start = head_level(vals, share=0.05, minimum=2)
     k = max(2, int(np.ceil(0.05 * len(vals))))
-    drops = np.flatnonzero(vals[1:k] < 0.5 * vals[:k - 1])
+    drops = np.flatnonzero(vals[1:k] < cfg.entropy_update_drop * vals[:k - 1])
     if drops.size and float(np.median(vals[:drops[0] + 1])) > start:
         start = float(np.median(vals[:drops[0] + 1]))
     return name, s, start, tail_level(vals)
@@ -190,7 +193,7 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     if blown:
         # dated where it first stood ``entropy_blowup_min_rise`` above the start: a rise of a
         # thousandth of a nat that the blow-up later grew out of is not yet visible as one
-        within = s[(s.index >= onset) & ((s.index < back) if back is not None else True)]
+        within = s.loc[onset:] if back is None else s[(s.index >= onset) & (s.index < back)]
         up = within[within.to_numpy() - start >= cfg.entropy_blowup_min_rise]
         if len(up):
             onset = int(up.index[0])

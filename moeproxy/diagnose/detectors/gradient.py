@@ -39,6 +39,9 @@ thresholds(
                             "however slowly (a live run's first records)"),
     learning_min_share=(0.001, "... and by more than this share of its level (0.015 % in 68 epochs is no learning)"),
     never_learned_noisy_band=(0.10, "... with its 5-95 % range within this share of its level"),
+    cycle_distinct_share=(0.8, "a loss cycling with a period has about as many distinct values as the period (this "
+                               "share of it): fewer are a few printed levels meeting again by chance"),
+    penalty_share=(0.5, "a reward whose one value this share of the records carry: a penalty every sample earned"),
     uniform_classes=(100, "a loss frozen at ln(k), k up to this: a uniform guess over k outcomes"),
     uniform_tolerance=(1e-3, "... to within this (absolute, in nats)"),
 )
@@ -62,11 +65,12 @@ RULES = declare(VANISHING_GRADIENT, {
 }, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
                "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),
-               "reward_never_moved": ("never_learned_records", "never_learned_noisy_band", "never_learned_trend"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
+               "reward_never_moved": ("never_learned_records", "never_learned_noisy_band", "never_learned_trend",
+                                      "penalty_share"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
                "lr_zero": ("vanishing_min_records", "lr_decayed_share"),
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
-               "loss_cycle_repeats": ("vanishing_min_records", "same_value", "min_digits"),
+               "loss_cycle_repeats": ("vanishing_min_records", "same_value", "min_digits", "cycle_distinct_share"),
                "loss_zero_throughout": ("vanishing_min_records",),
                "updates_empty": ("empty_update_share", "vanishing_min_records"),
                "reward_at_floor": ("empty_update_share", "vanishing_min_records", "floor_tolerance"),
@@ -246,7 +250,7 @@ def _repeated_cycle(run: RunSeries, train: tuple[str, pd.Series], cfg: DiagnoseC
         repeated = v[v.size - n_same:]
         if np.unique(repeated).size < 2 or np.median([_digits(x) for x in repeated]) < cfg.min_digits:
             continue  # one value repeated is loss_frozen's; short printed values repeat by chance
-        if np.unique(v).size < 0.8 * min(period, v.size - period):
+        if np.unique(v).size < cfg.cycle_distinct_share * min(period, v.size - period):
             continue  # a loss of a few levels (bf16: 9.625, 9.6875, 9.75) meets its own values again by chance
         first = v.size - n_same - period  # where the cycle's values were first seen
         began = int(s.index[first])
@@ -353,7 +357,7 @@ def _reward_never_moved(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
     if level > 0 or float(v.max()) > 0:
         return None
     _, counts = np.unique(v, return_counts=True)
-    if counts.max() < 0.5 * v.size:
+    if counts.max() < cfg.penalty_share * v.size:
         return None  # no one value most samples earn (a penalty): a return that varies a little is no such floor
     if not _from_run_start(run, s):
         return None

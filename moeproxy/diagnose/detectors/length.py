@@ -21,6 +21,8 @@ from moeproxy.diagnose.rules import declare
 thresholds(
     length_factor=(2.0, "response length rise (times its early level) that counts, staying"),
     truncation_limit=(0.1, "share of responses cut at the length cap that is already large"),
+    truncation_seen_quantile=(0.9, "a truncated share ending no higher than this quantile of its records before the "
+                                   "rise is at a level the run had seen: no rise"),
     cap_from_start_share=(0.1, "responses at the length cap from within this share of the records: the cap is short"),
     pinned_records=(3, "records at the length cap, to the end, that make a runaway"),
     pinned_share=(0.8, "share of the records from the onset on that sit at the cap"),
@@ -36,7 +38,7 @@ RULES = declare(LENGTH_BLOWUP, {
     "truncation_rise": "the truncated share rising above its limit",
     "length_with_reward": "answers lengthen (or hit the cap more often) while the reward climbs: learning, not a blow-up",
 }, damage=("length_pinned", "length_rise", "truncation_rise"),
-   thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit",),
+   thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit", "truncation_seen_quantile"),
                "length_max_at_cap": ("cap_from_start_share",),
                "length_pinned": ("pinned_records", "pinned_share", "length_mean_rise")})
 RULES.update(declare(DIVERGENCE, {
@@ -177,7 +179,7 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                         min_history=cfg.min_history)
                 onset = shift.onset_step if shift else int(s.index[int(np.argmax(s.to_numpy() > cfg.truncation_limit))])
                 before = s[s.index < onset].to_numpy()
-                if before.size >= cfg.min_history and end <= float(np.quantile(before, 0.9)):
+                if before.size >= cfg.min_history and end <= float(np.quantile(before, cfg.truncation_seen_quantile)):
                     # no higher than the share already reached now and then before (four samples a
                     # step: 0, 0.25, 0.5): the end of the log is at a level the run had seen, no rise
                     return out
