@@ -148,13 +148,14 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
         # file that is broken where it claims a format keeps the error that says where)
         measure = _known_values if sparse or engine_only else (lambda p: len(p.rows))
         need = THIN_ROWS if parsed is None else (10 if sparse or thin else 1) * measure(parsed) + 1
-        careful = sparse or engine_only  # the winner read something: lose none of it
+        # the winner read something: lose none of it
+        kept = _evidence(parsed) if sparse or engine_only else None
         for other in others:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
-            if measure(attempt) >= need and (not careful or _evidence(parsed) <= _evidence(attempt)):
+            if measure(attempt) >= need and (kept is None or kept <= _evidence(attempt)):
                 parsed, log_format = attempt, other
                 break
     if parsed is None:
