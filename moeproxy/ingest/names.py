@@ -100,6 +100,8 @@ _MEANINGFUL_HEADS = frozenset({
     # an evaluation metric's own score (``r2_score``, ``f1_score``, ``bleu_score``) is no reward
     "r2", "f1", "bleu", "rouge", "auc", "acc", "accuracy", "map", "iou", "miou", "dice", "top1", "top5",
     "precision", "recall", "wer", "cer", "psnr", "ssim", "fid", "silhouette", "jaccard",
+    # a cross-entropy (Marian's ``[valid] ... cross-entropy : 238.7``) is a loss, not the policy's entropy
+    "cross", "binary", "softmax",
 })
 _HEAD = re.compile(r"^([A-Za-z0-9]+)[_/ \-](.+)$")
 

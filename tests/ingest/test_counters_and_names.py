@@ -85,3 +85,13 @@ def test_unity_ml_agents_is_named_as_the_framework():
     from moeproxy.ingest.names import guess_framework
 
     assert guess_framework(["Environment/Cumulative Reward", "Policy/Entropy", "Losses/Value Loss"]) == "ml-agents"
+
+
+def test_a_cross_entropy_is_no_policy_entropy():
+    from moeproxy.ingest.names import canonical_of
+
+    # Marian prints its validation loss as ``[valid] Ep. 2 : Up. 5000 : cross-entropy : 238.694``:
+    # "cross" is no run label in front of "entropy", it says what is measured
+    for name in ("cross-entropy", "cross_entropy", "binary_cross_entropy", "softmax_entropy"):
+        assert canonical_of(name) is None, name
+    assert canonical_of("run3_entropy") == ("policy_entropy", 201)
