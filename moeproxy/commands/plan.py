@@ -13,13 +13,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("model", help="checkpoint directory or config.json")
     add_keep_options(parser, required=False)
     parser.add_argument("--device-memory-gib", type=float, default=64, help="memory per accelerator (default 64, Ascend 910B)")
+    parser.add_argument("--tokens-per-step", type=int, default=None,
+                        help="tokens one training step processes: the step cost then counts the optimizer's "
+                             "per-parameter update too (default: FLOPs per token alone)")
+    parser.add_argument("--flops-per-byte", type=float, default=None,
+                        help="the device's FLOPs per byte of memory bandwidth, with --tokens-per-step "
+                             "(default 250: between an H100's ~295 and an Ascend 910B's ~200)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
 def run(args) -> int:
-    from moeproxy.proxy.plan import format_plan, plan_proxy
+    from moeproxy.errors import InputError
+    from moeproxy.proxy.plan import DEFAULT_FLOPS_PER_BYTE, format_plan, plan_proxy
 
+    if args.flops_per_byte is not None and args.tokens_per_step is None:
+        raise InputError("--flops-per-byte needs --tokens-per-step (the update's share depends on the step's tokens)")
     plan = plan_proxy(args.model, keep_ratio=args.keep_ratio, keep_experts=args.keep_experts,
-                      device_memory_gib=args.device_memory_gib, top_k=args.top_k, ep_size=args.ep_size)
+                      device_memory_gib=args.device_memory_gib, top_k=args.top_k, ep_size=args.ep_size,
+                      tokens_per_step=args.tokens_per_step,
+                      flops_per_byte=args.flops_per_byte if args.flops_per_byte is not None else DEFAULT_FLOPS_PER_BYTE)
     print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
     return 0

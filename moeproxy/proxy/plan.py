@@ -6,7 +6,13 @@ Memory model for training (mixed precision + Adam, states sharded across devices
 16 bytes per parameter (bf16 weights 2 + bf16 grads 2 + fp32 master weights 4 + Adam m 4 + v 4),
 and a fraction of each device (default 25 %) is left for activations, buffers and fragmentation.
 Per-step compute is 6 x active parameters per token (forward + backward); ``step_cost_ratio`` is
-full / proxy, so it is 1.0 when top-k is kept and the proxy saves devices, not FLOPs.
+full / proxy, so it is 1.0 when top-k is kept and the proxy saves devices, not FLOPs. Given the
+step's tokens (``tokens_per_step``), the step cost also counts the work every parameter costs once a
+step whatever the tokens: the optimizer's update and the weights' copy to the rollout engine, memory
+traffic of ``UPDATE_BYTES_PER_PARAM`` bytes a parameter, in FLOP-equivalents at the device's balance
+(``flops_per_byte``). At a cluster's millions of tokens a step that term is small and the ratio is
+the FLOPs one; with few tokens a step (a small grid on one CPU core) it is most of the step, and a
+proxy with fewer experts steps faster although its FLOPs per token are the full model's.
 """
 
 from __future__ import annotations
@@ -22,6 +28,13 @@ from moeproxy.proxy.constraints import RoutingShape, proxy_top_k, resolve_kept_c
 from moeproxy.units import human_bytes, human_count
 
 TRAIN_BYTES_PER_PARAM = 16
+# Memory traffic a step costs per parameter whatever its tokens: Adam reads and writes the fp32 master
+# weights and both moments (24 bytes), reads and zeroes the bf16 gradient (4), writes the bf16 weights
+# (2) and copies them to the rollout engine (read 2, write 2).
+UPDATE_BYTES_PER_PARAM = 34
+# A device's dense bf16 FLOPs per byte of memory bandwidth: H100 SXM 989 TFLOP/s over 3.35 TB/s ~ 295,
+# Ascend 910B ~ 320 TFLOP/s over 1.6 TB/s ~ 200; a value between them unless told
+DEFAULT_FLOPS_PER_BYTE = 250.0
 DEFAULT_ACTIVATION_FRACTION = 0.25
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
 MXFP4_BYTES_PER_PARAM = 17 / 32  # 16 bytes of packed nibbles + 1 scale byte per 32 values
@@ -96,6 +109,8 @@ def plan_proxy(
     top_k: str = "keep",
     ep_size: int = 1,
     activation_fraction: float = DEFAULT_ACTIVATION_FRACTION,
+    tokens_per_step: int | None = None,
+    flops_per_byte: float = DEFAULT_FLOPS_PER_BYTE,
 ) -> dict:
     """The ``moeproxy plan --json`` document for a checkpoint dir, a config.json path or a config dict."""
     if isinstance(model_path_or_config, dict):
@@ -106,6 +121,10 @@ def plan_proxy(
         raise InputError(f"--device-memory-gib {device_memory_gib} must be positive")
     if not 0 <= activation_fraction < 1:
         raise InputError(f"activation fraction {activation_fraction} must be in [0, 1)")
+    if tokens_per_step is not None and tokens_per_step <= 0:
+        raise InputError(f"--tokens-per-step {tokens_per_step} must be positive")
+    if not flops_per_byte > 0:
+        raise InputError(f"--flops-per-byte {flops_per_byte} must be positive")
     adapter = adapter_for(config, source)
     shape = adapter.routing_shape(config)
     if keep_ratio is None and keep_experts is None:
@@ -139,13 +158,26 @@ def plan_proxy(
         }
 
     full, proxy = side(e, shape.top_k), side(kept, k_proxy)
+    if tokens_per_step is None:
+        ratio = full["flops_per_token"] / proxy["flops_per_token"]
+        model = {"tokens_per_step": None, "explanation": "FLOPs per token alone (give the step's tokens to count "
+                 "the per-parameter update as well)"}
+    else:
+        ratio = step_cost(full, tokens_per_step, flops_per_byte) / step_cost(proxy, tokens_per_step, flops_per_byte)
+        model = {"tokens_per_step": tokens_per_step, "flops_per_byte": flops_per_byte,
+                 "update_bytes_per_param": UPDATE_BYTES_PER_PARAM,
+                 "explanation": "6 x active parameters x tokens, plus the update's memory traffic per parameter "
+                                "in FLOP-equivalents at the device's FLOPs per byte",
+                 "full": step_cost(full, tokens_per_step, flops_per_byte),
+                 "proxy": step_cost(proxy, tokens_per_step, flops_per_byte)}
     return {
         "source": source,
         "family": adapter.model_type,
         "full": full,
         "proxy": proxy,
         "accelerator_reduction": 1 - proxy["accelerators"] / full["accelerators"],
-        "step_cost_ratio": full["flops_per_token"] / proxy["flops_per_token"],
+        "step_cost_ratio": ratio,
+        "step_cost_model": model,
         "keep_ratio": kept / e,
         "top_k_mode": top_k,
         "moe_layers": counts["moe_layers"],
@@ -159,6 +191,12 @@ def plan_proxy(
         },
         "notes": _notes(config, shape, kept, top_k),
     }
+
+
+def step_cost(side: dict, tokens_per_step: int, flops_per_byte: float) -> float:
+    """FLOP-equivalents of one training step of a plan's side: forward and backward over the step's
+    tokens, plus the update every parameter costs once a step (memory traffic at the device's balance)."""
+    return float(side["flops_per_token"]) * tokens_per_step + flops_per_byte * UPDATE_BYTES_PER_PARAM * side["params_total"]
 
 
 def resolve_ok(shape: RoutingShape, ratio: float, top_k: str, ep_size: int) -> bool:
@@ -200,8 +238,11 @@ def format_plan(plan: dict) -> str:
     lines = [f"{plan['source']} ({plan['family']}, {plan['moe_layers']} MoE layers)",
              f"{'':28} {'full':>14} {'proxy':>14}"]
     lines += [f"{name:28} {a:>14} {b:>14}" for name, a, b in plan_rows(plan)]
-    lines.append(f"accelerator reduction: {plan['accelerator_reduction']:.1%}; step cost ratio (full/proxy "
-                 f"FLOPs per token): {plan['step_cost_ratio']:.2f}")
+    model = plan.get("step_cost_model") or {}
+    basis = ("FLOPs per token" if model.get("tokens_per_step") is None else
+             f"{model['tokens_per_step']:,} tokens a step, the update at {model['flops_per_byte']:g} FLOPs per byte")
+    lines.append(f"accelerator reduction: {plan['accelerator_reduction']:.1%}; step cost ratio (full/proxy, "
+                 f"{basis}): {plan['step_cost_ratio']:.2f}")
     mm = plan["memory_model"]
     lines.append(f"memory model: {mm['train_bytes_per_param']} B/param ({mm['explanation']}); "
                  f"{mm['activation_fraction']:.0%} of each device left for activations")

@@ -211,6 +211,7 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
 
     import torch
 
+    from moeproxy.proxy.checkpoint import load_config
     from moeproxy.repro.grpo import run_grpo
     from moeproxy.repro.scenarios import get_scenario
     from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT, load_tiny_moe
@@ -223,8 +224,11 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
         if proxy.is_dir():
             sides[f"{ratio:g}"] = proxy
     times: dict[str, list[float]] = {k: [] for k in sides}
+    memory: dict[str, list[float]] = {k: [] for k in sides}
+    tokens: list[int] = []
     state: dict[str, int] = {}
     params: dict[str, tuple[int, int]] = {}
+    balance = machine_balance(load_config(sides["full"]), progress)
     config = get_scenario("healthy").config(steps, seed)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds + 1):
@@ -237,30 +241,98 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
                 if r == 0:
                     continue  # warm-up: first-time allocations and kernel set-up
                 times[name].append(summary["step_time_median_s"])
+                tokens.append(summary["tokens_per_step_median"])
+                if summary.get("run_memory_peak_gb") is not None:
+                    memory[name].append(summary["run_memory_peak_gb"])
                 progress(f"  cost round {r}/{rounds} {name}: {summary['step_time_median_s']:.3f} s/step")
-    planned = planned_costs(sides)
-    return {name: {"step_s": statistics.median(times[name]), "step_s_all": times[name],
-                   "state_mib": state[name] / 2**20, "parameters": params[name][0],
-                   "active_parameters": params[name][1], "planned": planned.get(name)} for name in sides}
+    step_tokens = int(statistics.median(tokens))
+    planned = planned_costs(sides, step_tokens, balance["flops_per_byte"])
+    out = {name: {"step_s": statistics.median(times[name]), "step_s_all": times[name],
+                  "state_mib": state[name] / 2**20, "parameters": params[name][0],
+                  "active_parameters": params[name][1],
+                  "run_memory_gb": statistics.median(memory[name]) if memory[name] else None,
+                  "planned": planned.get(name)} for name in sides}
+    out["machine"] = {**balance, "tokens_per_step": step_tokens}
+    return out
 
 
-def planned_costs(sides: dict[str, Path]) -> dict[str, dict]:
+def machine_balance(full_config: dict, progress: Callable[[str], None] = print, seconds: float = 2.0) -> dict:
+    """This machine's FLOPs per byte as the planner counts them (``plan.step_cost``), measured on one
+    thread apart from any model: the FLOP rate of a forward and backward through one expert's matmuls
+    at the full model's shapes (the rows an expert gets: a step's tokens x top-k / experts, about 64),
+    and the time per parameter of the update (an Adam step, zeroing the gradient, copying the weights
+    as the rollout engine's sync does) on a flat parameter of a few million values. Their ratio over
+    the planner's ``UPDATE_BYTES_PER_PARAM`` is the balance the prediction uses: nothing of the
+    grid's runs goes into it."""
+    import torch
+
+    from moeproxy.proxy.plan import UPDATE_BYTES_PER_PARAM
+
+    torch.set_num_threads(1)
+    hidden = int(full_config.get("hidden_size", 256))
+    inter = int(full_config.get("moe_intermediate_size") or full_config.get("intermediate_size") or hidden)
+    rows = 64
+    x = torch.randn(rows, hidden, requires_grad=True)
+    w1 = torch.randn(hidden, inter, requires_grad=True)
+    w2 = torch.randn(inter, hidden, requires_grad=True)
+
+    def matmuls() -> int:
+        y = (x @ w1).relu() @ w2
+        y.sum().backward()
+        return 6 * rows * hidden * inter * 2  # two matmuls, forward (2) + backward (4) FLOPs per multiply-add
+
+    def timed(fn) -> tuple[float, int]:
+        fn()  # warm-up
+        count, work, started = 0, 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            work += fn() or 0
+            count += 1
+        return time.perf_counter() - started, work if work else count
+
+    elapsed, flops = timed(matmuls)
+    flops_per_s = flops / elapsed
+    p = torch.nn.Parameter(torch.randn(4_000_000))
+    p.grad = torch.randn_like(p)
+    opt = torch.optim.Adam([p], lr=1e-4)
+
+    def update() -> None:
+        opt.step()
+        p.grad.zero_()
+        p.grad.add_(1e-3)
+        p.detach().clone()
+
+    elapsed, count = timed(update)
+    update_s_per_param = elapsed / count / p.numel()
+    balance = update_s_per_param * flops_per_s / UPDATE_BYTES_PER_PARAM
+    progress(f"  machine: {flops_per_s / 1e9:.1f} GFLOP/s (expert matmuls {rows}x{hidden}x{inter}), update "
+             f"{update_s_per_param * 1e9:.2f} ns/parameter: {balance:.1f} FLOPs per byte")
+    return {"flops_per_s": flops_per_s, "update_s_per_param": update_s_per_param, "flops_per_byte": balance}
+
+
+def planned_costs(sides: dict[str, Path], tokens_per_step: int | None = None,
+                  flops_per_byte: float | None = None) -> dict[str, dict]:
     """What ``moeproxy plan`` predicts for each side from the full model's config alone (parameters,
-    active parameters, training state at 16 bytes per parameter), beside what was measured."""
+    active parameters, training state at 16 bytes per parameter, and, given the step's tokens and the
+    machine's FLOPs per byte, the step cost ratio full / side), beside what was measured."""
     from moeproxy.proxy.checkpoint import load_config
-    from moeproxy.proxy.plan import plan_proxy
+    from moeproxy.proxy.plan import plan_proxy, step_cost
 
     full = load_config(sides["full"])
+    full_side = plan_proxy(full, keep_ratio=1.0)["full"]
     out = {}
     for name, path in sides.items():
         if name == "full":
-            side = plan_proxy(full, keep_ratio=1.0)["full"]
+            side = full_side
         else:
             proxy = load_config(path)
             mode = "keep" if proxy.get("num_experts_per_tok") == full.get("num_experts_per_tok") else "scale"
             side = plan_proxy(full, keep_ratio=float(name), top_k=mode)["proxy"]
         out[name] = {"parameters": side["params_total"], "active_parameters": side["params_active"],
                      "state_mib": side["train_state_bytes"] / 2**20}
+        if tokens_per_step is not None and flops_per_byte is not None:
+            # side / full, as the measured step ratio is read (proxy s / full s)
+            out[name]["step_ratio"] = (step_cost(side, tokens_per_step, flops_per_byte)
+                                       / step_cost(full_side, tokens_per_step, flops_per_byte))
     return out
 
 
@@ -272,15 +344,24 @@ def cost_table(cost: dict) -> str:
         return format(plan[key], fmt) if key in plan else "-"
 
     def row(label: str, c: dict) -> str:
+        memory = c.get("run_memory_gb")
         return (f"| {label} | {c['step_s']:.3f} | {' '.join(f'{t:.3f}' for t in c['step_s_all'])} "
-                f"| {c['step_s'] / full['step_s']:.2f} | {c.get('parameters', 0):,} / {planned(c, 'parameters', ',')} "
+                f"| {c['step_s'] / full['step_s']:.2f} / {planned(c, 'step_ratio', '.2f')} "
+                f"| {'-' if memory is None else format(memory, '.2f')} "
+                f"| {c.get('parameters', 0):,} / {planned(c, 'parameters', ',')} "
                 f"| {c.get('active_parameters', 0):,} / {planned(c, 'active_parameters', ',')} "
                 f"| {c['state_mib']:.1f} / {planned(c, 'state_mib', '.1f')} | {c['state_mib'] / full['state_mib']:.2f} |")
 
-    lines = ["| model | step s (median of rounds) | step s per round | step ratio proxy/full "
-             "| parameters measured / planned | active measured / planned | training state MiB measured / planned "
-             "| state ratio proxy/full |",
-             "|---|---|---|---|---|---|---|---|",
+    lines = ["| model | step s (median of rounds) | step s per round | step ratio proxy/full measured / planned "
+             "| run memory GB (peak) | parameters measured / planned | active measured / planned "
+             "| training state MiB measured / planned | state ratio proxy/full |",
+             "|---|---|---|---|---|---|---|---|---|",
              row("full", full)]
-    lines += [row(f"cluster proxy, ratio {name}", c) for name, c in cost.items() if name != "full"]
+    lines += [row(f"cluster proxy, ratio {name}", c) for name, c in cost.items() if name not in ("full", "machine")]
+    machine = cost.get("machine")
+    if machine:
+        lines.append(f"\nPlanned step ratio: `moeproxy plan --tokens-per-step {machine['tokens_per_step']} "
+                     f"--flops-per-byte {machine['flops_per_byte']:.1f}`, the machine's balance measured apart from "
+                     f"the runs ({machine['flops_per_s'] / 1e9:.1f} GFLOP/s on an expert's matmuls, "
+                     f"{machine['update_s_per_param'] * 1e9:.2f} ns a parameter for the update).")
     return "\n".join(lines)

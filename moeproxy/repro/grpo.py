@@ -274,6 +274,7 @@ class GrpoTrainer:
             metrics["perf/run_memory_gb"] = (self.param_bytes + (peak - self.memory_base_kib) * 1024) / 1024**3
         metrics["perf/model_state_gb"] = self.model_state_bytes() / 1024**3
         metrics["perf/total_params"] = self.total_params
+        metrics["perf/tokens"] = int(rollout.attention_mask.sum())  # prompt and completion tokens the step trained on
         metrics["perf/active_params"] = self.active_params
         return metrics
 
@@ -363,11 +364,14 @@ def run_grpo(model, tokenizer, config: GrpoConfig, log_path: str | Path, progres
     """
     trainer = GrpoTrainer(model, tokenizer, config)
     started = time.perf_counter()
-    step_times = []
+    step_times, tokens, memory = [], [], []
     with VerlFileLogger(log_path) as logger:
         for step in range(1, config.steps + 1):
             metrics = trainer.step(step)
             step_times.append(metrics["timing_s/step"])
+            tokens.append(metrics["perf/tokens"])
+            if "perf/run_memory_gb" in metrics:
+                memory.append(metrics["perf/run_memory_gb"])
             logger.log(metrics, step=step)
             if progress is not None:
                 progress(step, metrics)
@@ -381,6 +385,8 @@ def run_grpo(model, tokenizer, config: GrpoConfig, log_path: str | Path, progres
         "step_time_mean_s": sum(step_times) / len(step_times),
         "step_time_median_s": sorted(step_times)[len(step_times) // 2],
         "model_state_bytes": trainer.model_state_bytes(),
+        "tokens_per_step_median": sorted(tokens)[len(tokens) // 2],
+        "run_memory_peak_gb": max(memory) if memory else None,
         "parameters": total,
         "active_parameters": active_parameters(model),
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,

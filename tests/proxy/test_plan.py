@@ -84,3 +84,27 @@ def test_plan_prints_a_tiny_model_in_human_units(capsys):
     assert rows["parameters (total)"] == ["635", "K", "337", "K"]
     assert rows["weights on disk"] == ["2.42", "MiB", "1.29", "MiB"]
     assert rows["FLOPs per token"][1] == "K"
+
+
+def test_step_cost_counts_the_per_parameter_update_given_the_steps_tokens(capsys):
+    path = CONFIGS / "Qwen3-235B-A22B.json"
+    # a cluster's step (4 M tokens): forward and backward dwarf the update, the ratio stays the FLOPs one
+    big = plan_proxy(path, keep_experts=16, tokens_per_step=4_000_000)
+    assert big["step_cost_ratio"] == pytest.approx(1.0, abs=0.01) and big["step_cost_ratio"] > 1.0
+    model = big["step_cost_model"]
+    assert model["tokens_per_step"] == 4_000_000 and model["full"] > model["proxy"]
+    # a few thousand tokens a step: the update over 8x the parameters is most of the full model's step
+    small = plan_proxy(path, keep_experts=16, tokens_per_step=2_000)
+    update_full = small["step_cost_model"]["flops_per_byte"] * 34 * small["full"]["params_total"]
+    assert update_full > 6 * small["full"]["params_active"] * 2_000
+    assert small["step_cost_ratio"] > 2.0
+    # a slower memory per FLOP (a CPU: few FLOPs per byte) makes the update's share smaller
+    cpu = plan_proxy(path, keep_experts=16, tokens_per_step=2_000, flops_per_byte=5)
+    assert 1.0 < cpu["step_cost_ratio"] < small["step_cost_ratio"]
+    assert plan_proxy(path, keep_experts=16)["step_cost_model"]["tokens_per_step"] is None
+    with pytest.raises(InputError, match="tokens-per-step 0 must be positive"):
+        plan_proxy(path, keep_experts=16, tokens_per_step=0)
+    assert main(["plan", str(path), "--keep-experts", "16", "--tokens-per-step", "2000"]) == 0
+    assert "2,000 tokens a step" in capsys.readouterr().out
+    assert main(["plan", str(path), "--keep-experts", "16", "--flops-per-byte", "5"]) == 2
+    assert "needs --tokens-per-step" in capsys.readouterr().err

@@ -44,11 +44,17 @@ def test_the_cost_comparison_sets_the_planner_beside_what_it_measured(tmp_path):
                     heal_steps=0, baselines=[], shape=SHAPE, pretrain_steps=2)
     run_grid(spec, progress=lambda _: None)
     cost = measure_cost(spec.out, [0.5], 0, steps=5, rounds=1, full=spec.full_model, progress=lambda _: None)
-    assert set(cost) == {"full", "0.5"}
+    assert set(cost) == {"full", "0.5", "machine"}
     full, proxy = cost["full"], cost["0.5"]
+    # the planner's step ratio from the step's tokens and this machine's balance, measured apart from the runs
+    machine = cost["machine"]
+    assert machine["tokens_per_step"] > 0 and machine["flops_per_byte"] > 0 and machine["flops_per_s"] > 0
+    assert full["planned"]["step_ratio"] == 1.0 and 0 < proxy["planned"]["step_ratio"] < 1.0
+    assert full["run_memory_gb"] > 0 and proxy["run_memory_gb"] > 0
     # parameters are counted exactly by the planner from the config alone
     assert full["planned"]["parameters"] == full["parameters"]
     assert proxy["planned"]["parameters"] == proxy["parameters"] < full["parameters"]
     assert proxy["state_mib"] < full["state_mib"] and full["step_s"] > 0
     table = cost_table(cost)
     assert "| full |" in table and "| cluster proxy, ratio 0.5 |" in table
+    assert f"--tokens-per-step {machine['tokens_per_step']}" in table
