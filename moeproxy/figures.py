@@ -200,7 +200,7 @@ LABEL_PX = 15  # one onset label's height in the strip above the panels
 
 def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, prefix: str = "",
                   colour: str = "#d62728", label_row: int = 0) -> int:
-    """Vertical onset lines across all panels (the verdict's solid, other findings dashed), labelled
+    """Vertical onset lines across all panels (the verdict's solid, other findings dashed; notes none), labelled
     in a strip above the panels (never on the data), one label per line of the strip; returns the
     number of strip lines used (the caller makes room for them in the top margin)."""
     if not findings:
@@ -210,8 +210,8 @@ def _add_findings(fig: go.Figure, findings: dict | None, x_of_step=lambda s: s, 
     for finding in findings.get("findings", []):
         onset = finding.get("onset_step")
         key = (finding["category"], onset)
-        if onset is None or key in seen:
-            continue
+        if onset is None or key in seen or finding.get("severity") == "info":
+            continue  # (a note, e.g. a lone NaN in the first record, is no anomaly to mark on a healthy run)
         seen[key] = len(seen)
         is_root = finding["category"] == findings.get("verdict") and onset == verdict_onset
         x = x_of_step(onset)

@@ -163,3 +163,14 @@ def test_one_verdict_colour_map_for_the_pages_and_the_report():
         assert f"background:{COLOUR_HEX[colour]}" in _badge(verdict)     # the HTML report's badge
     assert verdict_colour("overflow") == "red" and verdict_colour(None) == "gray"
     assert verdict_badge("[x](http://h)") == r":blue-badge[\[x\]\(http\:\/\/h\)]"
+
+
+def test_a_note_gets_no_onset_line():
+    # a healthy run whose only finding is a note (a lone NaN in its first record: a logging artefact,
+    # LABELS.md) shows no "overflow @ 1" over its curves
+    healthy = {"verdict": "healthy", "onset_step": None, "findings": [
+        {"category": "overflow", "onset_step": 1, "severity": "info", "rule": "first_record_nan"},
+        {"category": "divergence", "onset_step": 12, "severity": "warning", "rule": "isolated_spike"}]}
+    fig = triage_figure(downsampled("loss", [math.nan] + [1.0] * 29), ["loss"], healthy)
+    labels = [a.text for a in fig.layout.annotations if a.name == "onset label"]
+    assert labels == ["divergence @ 12"] and [shape.x0 for shape in fig.layout.shapes] == [12]
