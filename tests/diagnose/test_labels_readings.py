@@ -173,9 +173,14 @@ def test_one_huge_finite_record_that_comes_back_is_a_spike_not_saturation():
     res = diagnose_series({"loss:sum": summed, "reward_mean": 0.5 + rng.normal(0, 0.05, n)})
     assert res["verdict"] == "healthy"
     assert ("saturated_value", "warning") in _rules(res)
+    # finite however large, it never left the representable range (LABELS.md overflow): three records
+    # that come back are a spike that recovered; the same value to the end is a blow-up that lasted
     stuck = summed.copy()
-    stuck[60:63] = 6e11  # three records: it lasted
-    assert diagnose_series({"loss:sum": stuck, "reward_mean": 0.5 + rng.normal(0, 0.05, n)})["verdict"] == "overflow"
+    stuck[60:63] = 6e11
+    assert diagnose_series({"loss:sum": stuck, "reward_mean": 0.5 + rng.normal(0, 0.05, n)})["verdict"] == "healthy"
+    stuck[60:] = 6e11
+    res = diagnose_series({"loss": stuck, "reward_mean": 0.5 + rng.normal(0, 0.05, n)})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 60, res["findings"]
 
 
 def test_a_noisy_level_reward_is_not_a_collapse_against_a_baseline_of_its_first_records():

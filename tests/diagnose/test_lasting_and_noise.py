@@ -159,6 +159,14 @@ def test_a_loss_huge_from_its_first_record_or_at_the_top_of_a_climb_is_no_satura
     climb = pd.Series(np.r_[np.linspace(16, 7.5, 20), 4590.0, 3e5, 2e8, 5e13, 1e20, 1e25], index=np.arange(26) * 50)
     res = diagnose_series({"loss": climb})
     assert res["verdict"] == "divergence" and res["onset_step"] == 1000, res["findings"]
-    # saturation mode's jump from normal values straight to the alarm limit is still overflow
+    # a jump from normal values to a finite 3e10 that stays is a loss far out of its range that stays
+    # (LABELS.md divergence): it never left the representable range; msprobe's 1e10 alarm is a note
     jump = pd.Series(np.r_[np.full(30, 2.0), np.full(5, 3e10)], index=np.arange(35))
-    assert diagnose_series({"loss": jump})["verdict"] == "overflow"
+    res = diagnose_series({"loss": jump})
+    assert res["verdict"] == "divergence" and res["onset_step"] == 30, res["findings"]
+    assert ("saturated_value", "warning") in {(f["rule"], f["severity"]) for f in res["findings"]}
+    # values clamped to a dtype's maximum (fp16 65504, bf16 / fp32 ~3.4e38) are saturation: overflow
+    for top in (65504.0, 3.4028235e38, 3.3895314e38):
+        clamped = pd.Series(np.r_[np.full(30, 2.0), np.full(5, top)], index=np.arange(35))
+        res = diagnose_series({"loss": clamped})
+        assert res["verdict"] == "overflow" and res["onset_step"] == 30, (top, res["findings"])

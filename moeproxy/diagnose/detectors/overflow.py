@@ -30,6 +30,8 @@ from moeproxy.diagnose.rules import declare
 thresholds(
     saturation_abs=(1e10, "msprobe AnomalyNan magnitude threshold"),
     fp16_max=(65504.0, "the largest finite fp16 value: a loss or grad norm above it cannot be fp16"),
+    dtype_max_floor=(3.38e38, "bf16's largest finite value is 3.3895e38, fp32's 3.4028e38: a value at or above "
+                              "this was clamped to its dtype's maximum (saturation mode), not computed"),
     loss_scale_window=(1000, "Megatron default: growth/halving window (iterations)"),
     loss_scale_collapse_halvings=(3, "halvings of the loss scale below its start-up search that make a collapse"),
     loss_scale_collapse_records=(5, "... within this many of the run's logged steps (halvings tens of steps apart, "
@@ -47,7 +49,7 @@ RUNNING_SKIPPED = "deepspeed/skipped_total"  # the megatron reader's name for De
 RULES = declare(OVERFLOW, {
     "nonfinite_value": "loss or grad norm inf/NaN after being finite (or the loss from its first record)",
     "lone_nonfinite": "one non-finite record mid-run, finite from the next on (a spike: it did not last)",
-    "saturated_value": "a value at the fp16 maximum or msprobe's 1e10 magnitude alarm",
+    "saturated_value": "a value at the fp16 (or bf16 / fp32) maximum: saturation mode's overflow (msprobe's 1e10 alarm: noted only)",
     "loss_scale_min": "the fp16 loss scale driven to its minimum",
     "loss_scale_collapse": "the fp16 loss scale halving far below its start-up search",
     "skipped_iters_bf16": "skipped iterations in a run without a loss scale (bf16: never expected)",
@@ -64,7 +66,7 @@ RULES = declare(OVERFLOW, {
    # a storm is the mechanism of the loss printed with it; a scaler that halves a few times and
    # settles is what a loss spike looks like from the scaler's side: downstream of divergence
    chain={"overflow_storm": 1.5, "loss_scale_collapse": 3.5},
-   thresholds={"saturated_value": ("saturation_abs", "fp16_max", "tie_records", "grad_blowup_factor"),
+   thresholds={"saturated_value": ("saturation_abs", "fp16_max", "dtype_max_floor", "tie_records", "grad_blowup_factor"),
                "loss_scale_collapse": ("loss_scale_window", "loss_scale_collapse_halvings", "loss_scale_collapse_records",
                                        "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records",),
@@ -214,18 +216,21 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
         with np.errstate(invalid="ignore"):
             mag = np.abs(vals)
             near_max = (mag >= cfg.fp16_max * 0.999) & (mag <= cfg.fp16_max * 1.001)
+            at_dtype_max = mag >= cfg.dtype_max_floor  # bf16 / fp32 maxima: clamped
             huge = mag >= cfg.saturation_abs
             if near_max.any() and (mag[int(np.flatnonzero(near_max)[0]) + 1:] > cfg.fp16_max * 1.001).any():
                 # values past the fp16 maximum later on were not clamped to it: the series passed
                 # through 65504 on its way up (a critic's loss growing without bound), no saturation
                 near_max[:] = False
+            near_max |= at_dtype_max
         sat = np.flatnonzero(near_max | huge)
         if sat.size and not near_max[int(sat[0])] and _scale_or_climb(mag, int(sat[0]), cfg):
             sat = np.empty(0, int)
         if sat.size:
             j = int(sat[0])
             step = int(s.index[j])
-            why = (f"the fp16 maximum, limit {fmt(cfg.fp16_max)}" if near_max[j]
+            why = ("a bf16 / fp32 maximum" if mag[j] >= cfg.dtype_max_floor
+                   else f"the fp16 maximum, limit {fmt(cfg.fp16_max)}" if near_max[j]
                    else f"above the alarm limit {fmt(cfg.saturation_abs)}")
             prior = _records_before(series, step)
             # LABELS.md: a single spike that recovers is not a failure. One huge record (not the
@@ -234,11 +239,21 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             after = mag[j + 1:j + 1 + cfg.tie_records]
             lone = (sat.size == 1 and not near_max[j] and len(after) == cfg.tie_records
                     and bool((after < cfg.saturation_abs).all()) and not bad.size)
-            out.append(Finding(OVERFLOW, step, WARNING if lone else CRITICAL, name, "saturated_value",
+            if not near_max[j]:
+                # LABELS.md: overflow is numbers leaving the representable range. A finite 1e10 (msprobe's
+                # alarm) has not: on its own it is a value blown up, which the divergence rules read by
+                # its growth and whether it lasts; noted here, never the verdict (decisive in 4 real
+                # logs, all of them labelled divergence)
+                out.append(Finding(OVERFLOW, step, WARNING, name, "saturated_value",
+                                   f"{name} reached {fmt(vals[j])} at step {step} ({why}; "
+                                   f"{ev.median_of(prior) if len(prior) else 'no record'} before): "
+                                   + ("one record, the next ones back below the limit: a spike"
+                                      if lone else "finite, so no overflow by itself: a blow-up, if it grew and lasted")))
+                continue
+            out.append(Finding(OVERFLOW, step, CRITICAL, name, "saturated_value",
                                f"{name} reached {fmt(vals[j])} at step {step} ({why}; "
                                f"{ev.median_of(prior) if len(prior) else 'no record'} before): "
-                               + ("one record, the next ones back below the limit: a spike, not saturation"
-                                  if lone else "saturation-mode overflow produces no non-finite value")))
+                               "saturation-mode overflow produces no non-finite value"))
     return out
 
 
