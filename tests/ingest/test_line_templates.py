@@ -62,3 +62,20 @@ def _only_templates(path):
     if sniff_line_templates(open_source(path)) == 0:
         raise InputError(f"{path}: not a log of repeated lines")
     return parse_line_templates(open_source(path))
+
+
+def test_a_metric_named_before_its_counter(tmp_path):
+    # the deep-learning course's loop prints ``Cost after iteration N: V``: the number after the
+    # counter has no word of its own, the words before the counter name it
+    log = tmp_path / "course.txt"
+    lines = [f"Cost after iteration {i * 500}: {0.7 - 0.01 * i:.6f}" for i in range(12)]
+    log.write_text("\n".join(lines[:1] + ["  a warning printed in between"] + lines[1:] + ["Accuracy: 0.91"]) + "\n")
+    parsed = parse_file(log)
+    assert parsed.format == "line-templates"
+    loss = _by_metric(parsed)["cost"]  # (stored as the loss: ``cost`` is one of its aliases)
+    assert loss[0] == pytest.approx(0.7) and loss[5500] == pytest.approx(0.59) and len(loss) == 12
+    # a loss at a step reads the same; a line whose number after the counter has a word keeps that word
+    log.write_text("\n".join(f"loss at step {i}: {1.0 / (i + 1):.4f}" for i in range(8)) + "\n")
+    assert {m for m in parse_file(log).frame["metric"]} == {"loss"}
+    log.write_text("\n".join(f"Cost after iteration {i}: acc {0.5 + i / 100:.3f}" for i in range(8)) + "\n")
+    assert {m for m in parse_file(log).frame["metric"]} == {"acc"}

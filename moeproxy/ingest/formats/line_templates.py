@@ -88,6 +88,25 @@ def _step_slot(rows: list[tuple[list[str], list[str]]], names: list[str | None])
     return (named or [i for i in every if names[i]] or every or candidates or [None])[0]
 
 
+# a metric named before the counter it was measured at: ``Cost after iteration 1000: 0.693`` (the
+# deep-learning course's loop), ``loss at step 20: 1.2``; the slot after the counter has no word of its own
+NAMED_AT_COUNTER = re.compile(r"^(?P<name>[A-Za-z_][\w ]*?)\s+(?:after|at|@|on|for)\s+(?:the\s+)?"
+                              r"(?:global_?step|step|iter(?:ation)?|it|batch|update|epoch|episode)s?$", re.IGNORECASE)
+
+
+def _named_at_counter(parts: list[str], names: list[str | None], step: int | None) -> list[str | None]:
+    """``names`` with the slot right after the step counter named by the words before the counter,
+    when it has no word of its own (``Cost after iteration #: #`` -> ``cost``)."""
+    if step is None or step + 1 >= len(names) or names[step + 1] is not None:
+        return names
+    m = NAMED_AT_COUNTER.match(parts[step])
+    if m is None:
+        return names
+    out = list(names)
+    out[step + 1] = "_".join(m.group("name").lower().split())
+    return out
+
+
 def _record_types(splits) -> list[tuple[str, list[str | None], int | None, list]]:
     """(template, slot names, step slot, rows) of each template that repeats and has a metric: with
     a step, or, beside a template that has one, without (PyMARL prints ``t_env: 10060 | Episode:
@@ -98,6 +117,7 @@ def _record_types(splits) -> list[tuple[str, list[str | None], int | None, list]
             continue
         names = _names(rows[0][0])
         step = _step_slot(rows, names)
+        names = _named_at_counter(rows[0][0], names, step)
         if not any(n for i, n in enumerate(names) if i != step):
             continue
         out.append((template, names, step, rows))
