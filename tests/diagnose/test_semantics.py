@@ -294,3 +294,32 @@ def test_a_loss_falling_steadily_but_slowly_over_its_first_records_is_learning()
     assert res["verdict"] == "healthy", res["findings"]
     flat = 2.3 + np.random.default_rng(0).normal(0, 0.005, 60)
     assert diagnose_series({"loss": dict(zip(np.arange(1, 61), flat))})["verdict"] == "vanishing_gradient"
+
+
+def test_rare_policy_loss_spikes_the_policy_came_back_from_are_no_divergence():
+    # a GRPO loss carrying one update's KL to the reference x1e6, back at the next record (once two
+    # records), four times in 250 steps while the reward keeps rising: spikes, not a blow-up
+    rng = np.random.default_rng(4)
+    n = 250
+    loss = rng.normal(0, 3e-4, n)
+    spikes = [105, 113, 163, 164]
+    loss[spikes] = [1.5e5, 2.0e3, 3.9e4, 25.0]
+    kl = np.abs(rng.normal(0.01, 0.003, n))
+    kl[spikes] = loss[spikes] / 0.04  # the loss is beta x KL there
+    reward = np.linspace(0.05, 0.2, n) + rng.normal(0, 0.03, n)
+
+    def blowup(series):
+        res = diagnose_series(series)
+        return res, any(f["rule"] == "policy_loss_blowup" and f["severity"] == "critical" for f in res["findings"])
+
+    res, hit = blowup({"loss": loss, "kl": kl, "reward_mean": reward})
+    assert res["verdict"] == "healthy" and not hit, res["findings"][:3]
+    # the same spikes with the reward down after them: the policy did not come back
+    assert blowup({"loss": loss, "kl": kl, "reward_mean": np.r_[reward[:105], reward[105:] - 0.15]})[1]
+    # a spike that lasts (four records) is no spike
+    lasting, lasting_kl = loss.copy(), kl.copy()
+    lasting[105:109], lasting_kl[105:109] = 1.5e5, 3.7e6
+    assert blowup({"loss": lasting, "kl": lasting_kl, "reward_mean": reward})[1]
+    # spikes of the loss itself (no KL term blown up with them; an A2C loss on unnormalised returns)
+    assert blowup({"loss": loss, "kl": np.abs(rng.normal(0.01, 0.003, n)), "reward_mean": reward})[1]
+    assert blowup({"loss": loss, "reward_mean": reward})[1]

@@ -41,6 +41,8 @@ thresholds(
     grad_blowup_factor=(100.0, "LABELS.md: grad norm x100 of the run's median, repeatedly"),
     blowup_cluster_records=(10, "a repeated blow-up dates from three blown-up records within this many"),
     policy_loss_floor=(10.0, "an RL policy loss (O(1) when clipped over normalised advantages) this large has blown up"),
+    rare_spike_share=(0.05, "RL policy-loss spikes on at most this share of the records, each back within the tie "
+                            "window, the reward no lower after them: spikes the policy came straight back from"),
     validation_rise=(1.25, "a validation loss that rose less than this did not see a train-loss jump"),
     spike_recover_records=(6, "a rise above the noise band that is back within fewer records is a spike (LABELS.md: 'a few')"),
     spike_log_share=(0.1, "... and fewer than this share of the log's records (at least 3)"),
@@ -85,7 +87,8 @@ RULES = declare(DIVERGENCE, {
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage", "startup_burst_share"),
                "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
-               "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor"),
+               "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor",
+                                      "rare_spike_share", "tie_records"),
                "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "value_loss_reward_records",
                                      "value_error_share", "value_error_beyond", "critic_still_climbing"),
                "contradicted_by_validation": ("validation_rise",)})
@@ -398,14 +401,17 @@ def _blowup_onset(big, cluster: int) -> int:
 
 
 def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str, shown: str,
-                     floor: float = 0.0, loss=None, idle=None) -> Finding | None:
+                     floor: float = 0.0, loss=None, idle=None, reward=None, kl=None) -> Finding | None:
     """LABELS.md "grad norm x100 repeatedly": at least two records ``grad_blowup_factor`` times the
     run's median (of the magnitudes: an RL policy loss is signed; an RL run's zero-advantage records
     left out), dated by ``_blowup_onset``; a run that starts blown up is dated from its first record.
     ``floor``: an absolute size the blown-up records must also reach. ``loss``: the run's loss, given
     for a grad norm of a run that is not RL: blown-up records that open the log while the loss falls
     by over 10 % are start-up, and records no higher than its early level (``_within_early_level``)
-    are not out of its range."""
+    are not out of its range. ``reward``, ``kl``: an RL run's (name, series), given for its policy
+    loss: blown-up records that carry the KL term's spikes and each came back within ``tie_records``,
+    while the reward ended no lower than it was before the first of them, are spikes the policy came
+    straight back from."""
     full = series.abs() if rl else series
     if rl:
         series = _zero_advantage_masked(series.abs(), cfg, idle, near_zero=floor <= 0)
@@ -447,6 +453,8 @@ def _repeated_blowup(name: str, series, cfg: DiagnoseConfig, rl: bool, rule: str
         return None
     if loss is not None and _loss_unmoved_by_lone_spikes(loss, steps, big, cfg):
         return None
+    if reward is not None and kl is not None and _reward_unharmed_by_short_spikes(reward[1], kl[1], steps, big, cfg):
+        return None
     span = float(steps[-1] - steps[0])
     if span > 0 and steps[big[-1]] - steps[0] <= cfg.startup_burst_share * span \
             and np.flatnonzero(ok)[-1] > big[-1] + cfg.min_history:
@@ -474,6 +482,30 @@ def _loss_unmoved_by_lone_spikes(loss: pd.Series, steps: np.ndarray, big: np.nda
     if len(before) < 3 or len(end) < 3 or lo.iloc[-1] < 0 or float(before.median()) <= 0:
         return False
     return float(end.median()) <= cfg.loss_factor * float(before.median())
+
+
+def _reward_unharmed_by_short_spikes(reward: pd.Series, kl: pd.Series, steps: np.ndarray, big: np.ndarray,
+                                     cfg: DiagnoseConfig) -> bool:
+    """An RL policy loss blown up only in rare, short spikes that are its KL term's (no run of
+    blown-up records longer than ``tie_records``, on ``rare_spike_share`` of the records at most, the
+    logged KL x100 its median at each of them: a GRPO loss that carries one update's k3 estimate of
+    the KL to the reference, x1e6 on a token, and is back at the next record), while the reward over
+    the run's last records is no lower than over the records before the first spike: the policy came
+    straight back (LABELS.md: "one spike that recovers" is no divergence; a policy that blows up takes
+    the reward down with it)."""
+    runs = np.split(big, np.flatnonzero(np.diff(big) != 1) + 1)
+    if max(len(r) for r in runs) > cfg.tie_records or big.size > cfg.rare_spike_share * len(steps):
+        return False  # (a loss that blows up again and again is LABELS.md's "x100 repeatedly")
+    k = kl[np.isfinite(kl.to_numpy(dtype=float))].abs()
+    k_med = float(k.median()) if len(k) else 0.0
+    if k_med <= 0 or not all(steps[b] in k.index and float(k.loc[steps[b]]) >= cfg.grad_blowup_factor * k_med
+                             for b in big):
+        return False  # spikes of the loss itself, not the KL term's
+    r = reward[np.isfinite(reward.to_numpy(dtype=float))]
+    before, end = r[r.index < steps[big[0]]], ev.tail(r)
+    if len(before) < cfg.min_history or len(end) < 3:
+        return False
+    return float(end.median()) >= float(before.median())
 
 
 VALIDATION_LOSS = ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation loss", "val loss",
@@ -565,7 +597,8 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         # 1e-5), but its size blowing up does: a clipped surrogate over normalised advantages is
         # O(1), so a blow-up must also pass ``policy_loss_floor``
         hit = _repeated_blowup(policy[0], policy[1], cfg, rl, "policy_loss_blowup",
-                               f"the size of the RL policy loss |{policy[0]}|", cfg.policy_loss_floor)
+                               f"the size of the RL policy loss |{policy[0]}|", cfg.policy_loss_floor,
+                               reward=run.resolve_reward(), kl=run.resolve("kl"))
         if hit is not None:
             out.append(hit)
     if rl or run.resolve_reward() is not None:  # (an offline RL log may hold only an evaluation return)
