@@ -83,8 +83,11 @@ def main(argv=None) -> int:
                             full=spec.full_model, progress=lambda line: print(line, flush=True))
         (out / "cost.json").write_text(json.dumps(cost, indent=2) + "\n")
     if cost is not None:
+        measured = cost.get("machine") or {}  # (what the measurement ran, where cost.json says so)
+        rounds = measured.get("rounds", len(cost["full"]["step_s_all"]))
+        steps = measured.get("steps", args.cost_steps)
         text += ("\n\nCost, measured back to back (healthy scenario, one warm-up round, then "
-                 f"{args.cost_rounds} rounds of {args.cost_steps} steps in alternating order, one thread):\n\n"
+                 f"{rounds} rounds of {steps} steps in alternating order, one thread):\n\n"
                  + cost_table(cost))
     (out / "table.md").write_text(text + "\n")
     print(text)

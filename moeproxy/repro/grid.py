@@ -252,7 +252,7 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
                   "active_parameters": params[name][1],
                   "run_memory_gb": statistics.median(memory[name]) if memory[name] else None,
                   "planned": planned.get(name)} for name in sides}
-    out["machine"] = {**balance, "tokens_per_step": step_tokens}
+    out["machine"] = {**balance, "tokens_per_step": step_tokens, "steps": steps, "rounds": rounds}
     return out
 
 
