@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     parser.add_argument("--pretrain-steps", type=int, default=1500,
                         help="with shape options: supervised steps of the full model pretrained for them")
     add_shape_options(parser)
+    parser.add_argument("--cost-only", action="store_true",
+                        help="with --cost-steps: run no pair, tabulate the pairs kept and measure the cost back to "
+                             "back (a grid whose missing pairs --resume would run)")
     parser.add_argument("--table-only", action="store_true",
                         help="tabulate the pairs already in OUT (fidelity.json) without running any")
     parser.add_argument("--rediagnose", action="store_true",
@@ -63,7 +66,7 @@ def main(argv=None) -> int:
                     steps=args.steps, heal_steps=args.heal_steps, baselines=args.baselines,
                     baseline_ratios=args.baseline_ratios, baseline_seeds=args.baseline_seeds,
                     shape=shape_of(args), pretrain_steps=args.pretrain_steps, resume=args.resume,
-                    table_only=args.table_only, rediagnose=args.rediagnose)
+                    table_only=args.table_only or args.cost_only, rediagnose=args.rediagnose)
     rows = run_grid(spec, progress=lambda line: print(line, flush=True))
     out = spec.out
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")

@@ -150,14 +150,25 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
         need = THIN_ROWS if parsed is None else (10 if sparse or thin else 1) * measure(parsed) + 1
         # the winner read something: lose none of it
         kept = _evidence(parsed) if sparse or engine_only else None
+        passing: list = []
         for other in others:
             try:
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
             if measure(attempt) >= need and (kept is None or kept <= _evidence(attempt)):
-                parsed, log_format = attempt, other
-                break
+                if not thin:
+                    parsed, log_format = attempt, other
+                    break
+                passing.append((attempt, other))
+        if passing:
+            # after a thin winner every reader that passes is read, and the one with the most values
+            # of metrics the vocabulary knows takes over (then the most values): a printed config's
+            # two dozen values are not the trainer's step lines further down (vLLM's and DeepSpeed's
+            # start-up dicts before ``[5/1000] loss: -13.1, kl-penalty: 1.07, entropy: 65.4``)
+            # (the last resort only when no other reader passed: its templates read any repeated line)
+            preferred = [pair for pair in passing if pair[1].name != LAST_RESORT] or passing
+            parsed, log_format = max(preferred, key=lambda pair: (_known_values(pair[0]), len(pair[0].rows)))
     if parsed is None:
         raise failed
     if len(parsed.rows) == 0 and not allow_empty:

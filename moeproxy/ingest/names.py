@@ -63,6 +63,10 @@ def canonical_of(original: str) -> tuple[str, int] | None:
     if lower != original and lower in _LOOKUP:  # ``Avg_return``, ``Loss``: a framework's name, capitalised
         canon, rank = _LOOKUP[lower]
         return canon, rank + 500
+    if "-" in original and "_" not in original:  # ``kl-penalty``: a framework's key with hyphens for underscores
+        hit = canonical_of(original.replace("-", "_"))
+        if hit is not None:
+            return hit[0], hit[1] + 550
     if " " in original.strip() and original not in _LOOKUP:
         # a name printed in words (``mean reward (100 episodes)``): its words joined as a framework's
         # key would join them (``mean_reward``), a trailing note in parentheses left out

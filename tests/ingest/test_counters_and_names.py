@@ -95,3 +95,11 @@ def test_a_cross_entropy_is_no_policy_entropy():
     for name in ("cross-entropy", "cross_entropy", "binary_cross_entropy", "softmax_entropy"):
         assert canonical_of(name) is None, name
     assert canonical_of("run3_entropy") == ("policy_entropy", 201)
+
+
+def test_a_key_with_hyphens_for_underscores_is_its_alias():
+    from moeproxy.ingest.names import canonical_of
+
+    assert canonical_of("kl-penalty")[0] == "kl" and canonical_of("policy-loss")[0] == "loss"
+    assert canonical_of("kl-penalty")[1] > canonical_of("kl_penalty")[1]  # the key itself outranks it
+    assert canonical_of("cross-entropy") is None and canonical_of("val-loss") is None

@@ -42,3 +42,30 @@ def test_pairs_after_a_double_dash_are_read(tmp_path):
     rows = parsed.rows
     loss = [v for c, v in zip(rows.code, rows.value) if rows.names[c].lower() == "loss"]
     assert loss == [11.174, 11.175] and sorted(set(rows.step.tolist())) == [1040, 1050]
+
+
+def test_after_a_thin_winner_the_reader_of_most_known_values_takes_over(tmp_path):
+    # DeepSpeed's engine line and its printed config dicts before a script's own step lines: the
+    # engine line wins the sniff and reads two values, the config dicts would read two dozen; the
+    # step lines, fewer values than ten times those but all of metrics the vocabulary knows, are the run
+    lines = ["INFO 01-02 10:00:00 [config.py:10] serving engine started with tasks {'generate', 'score'}."]
+    lines += ["[2025-01-02 10:00:05,000] [INFO] [logging.py:128:log_dist] [Rank 0] step=0, skipped=0, lr=[1e-06], mom=[(0.9, 0.999)]"]
+    for k in range(2):
+        lines += [f"[2025-01-02 10:00:0{6 + k},000] [INFO] [config.py:1005:print]   {name} ... {{'{a}': {v}, '{b}': {w}}}"
+                  for name, a, v, b, w in [("aio_config", "block_size", 1048576, "queue_depth", 8),
+                                           ("optimizer_params", "lr", 1e-06, "eps", 1e-08),
+                                           ("data_efficiency", "seed", 1234, "num_workers", 0),
+                                           ("pipeline", "activation_checkpoint_interval", 0, "micro_batches", 4),
+                                           ("compression", "schedule_offset", 0, "quantize_groups", 1),
+                                           ("flops_profiler", "profile_step", 1, "module_depth", -1)]]
+        lines += [f"INFO 01-02 10:00:1{k} [executor_base.py:226] It took 0.{k}5 seconds to wake up"] * 30
+    for step in range(12):
+        lines += [f"[{step}/100]  loss: {-5.0 + step * 0.3:.4f}, policy_loss: {-5.0 + step * 0.3:.4f}, "
+                  f"kl-penalty: {0.01 * 2 ** step:.5f}, entropy:{80.0 - step:.3f}"]
+        lines += [f"INFO 01-02 10:01:{10 + step} [worker.py:100] sleep mode freed 30.{step} GiB memory"] * 20
+    log = tmp_path / "grpo.txt"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    metrics = set(parsed.frame["metric"])
+    assert {"loss", "kl-penalty", "entropy"} <= metrics, (parsed.format, metrics)
+    assert parsed.frame[parsed.frame["metric"] == "loss"]["step"].tolist() == list(range(12))
