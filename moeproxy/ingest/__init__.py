@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
+import numpy as np
+
 from moeproxy.columns import Columns, as_columns
 from moeproxy.errors import InputError
 from moeproxy.ingest.batch import store_parsed
@@ -198,8 +200,9 @@ def _known_values(parsed: ParsedLog) -> int:
     """Values of the metrics the vocabulary knows (a loss, a reward, a grad norm ...) in a reading."""
     from moeproxy.ingest.names import canonical_of
 
-    counts = parsed.frame["metric"].value_counts()
-    return int(sum(n for name, n in counts.items() if canonical_of(str(name)) is not None))
+    cols = parsed.columns  # (numpy columns: a reading compared here keeps its rows as the parser made them)
+    counts = np.bincount(cols.code, minlength=len(cols.names))[:len(cols.names)]
+    return int(sum(int(n) for name, n in zip(cols.names, counts) if canonical_of(str(name)) is not None))
 
 
 def _parse(src, log_format) -> ParsedLog:
