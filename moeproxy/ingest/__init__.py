@@ -187,7 +187,8 @@ def _evidence(parsed: ParsedLog) -> set[str]:
     from moeproxy.ingest.names import canonical_of
 
     out = set()
-    for name in parsed.frame["metric"].unique():
+    cols = parsed.columns  # (the names with a row, read on the numpy columns: no DataFrame made)
+    for name in (n for n, present in zip(cols.names, cols.present()) if present):
         hit = canonical_of(str(name))
         if hit is not None:
             out.add(hit[0])

@@ -276,21 +276,22 @@ def machine_balance(full_config: dict, progress: Callable[[str], None] = print, 
     w1 = torch.randn(hidden, inter, requires_grad=True)
     w2 = torch.randn(inter, hidden, requires_grad=True)
 
-    def matmuls() -> int:
+    def matmuls() -> None:
         y = (x @ w1).relu() @ w2
         y.sum().backward()
-        return 6 * rows * hidden * inter * 2  # two matmuls, forward (2) + backward (4) FLOPs per multiply-add
 
     def timed(fn) -> tuple[float, int]:
-        fn()  # warm-up
-        count, work, started = 0, 0, time.perf_counter()
+        """Seconds and calls of ``fn`` repeated for ``seconds`` (after one warm-up call)."""
+        fn()
+        count, started = 0, time.perf_counter()
         while time.perf_counter() - started < seconds:
-            work += fn() or 0
+            fn()
             count += 1
-        return time.perf_counter() - started, work if work else count
+        return time.perf_counter() - started, count
 
-    elapsed, flops = timed(matmuls)
-    flops_per_s = flops / elapsed
+    elapsed, count = timed(matmuls)
+    # two matmuls a call, 2 FLOPs a multiply-add forward and 4 backward
+    flops_per_s = count * 12 * rows * hidden * inter / elapsed
     p = torch.nn.Parameter(torch.randn(4_000_000))
     p.grad = torch.randn_like(p)
     opt = torch.optim.Adam([p], lr=1e-4)

@@ -239,21 +239,17 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             after = mag[j + 1:j + 1 + cfg.tie_records]
             lone = (sat.size == 1 and not near_max[j] and len(after) == cfg.tie_records
                     and bool((after < cfg.saturation_abs).all()) and not bad.size)
-            if not near_max[j]:
-                # LABELS.md: overflow is numbers leaving the representable range. A finite 1e10 (msprobe's
-                # alarm) has not: on its own it is a value blown up, which the divergence rules read by
-                # its growth and whether it lasts; noted here, never the verdict (decisive in 4 real
-                # logs, all of them labelled divergence)
-                out.append(Finding(OVERFLOW, step, WARNING, name, "saturated_value",
-                                   f"{name} reached {fmt(vals[j])} at step {step} ({why}; "
-                                   f"{ev.median_of(prior) if len(prior) else 'no record'} before): "
-                                   + ("one record, the next ones back below the limit: a spike"
-                                      if lone else "finite, so no overflow by itself: a blow-up, if it grew and lasted")))
-                continue
-            out.append(Finding(OVERFLOW, step, CRITICAL, name, "saturated_value",
+            # LABELS.md: overflow is numbers leaving the representable range. A finite 1e10 (msprobe's
+            # alarm) has not: on its own it is a value blown up, which the divergence rules read by its
+            # growth and whether it lasts; noted here, never the verdict (it was decisive in 4 real logs,
+            # all of them labelled divergence). Only a value clamped to a dtype's maximum is saturation.
+            clamped = bool(near_max[j])
+            tail = ("saturation-mode overflow produces no non-finite value" if clamped
+                    else "one record, the next ones back below the limit: a spike" if lone
+                    else "finite, so no overflow by itself: a blow-up, if it grew and lasted")
+            out.append(Finding(OVERFLOW, step, CRITICAL if clamped else WARNING, name, "saturated_value",
                                f"{name} reached {fmt(vals[j])} at step {step} ({why}; "
-                               f"{ev.median_of(prior) if len(prior) else 'no record'} before): "
-                               "saturation-mode overflow produces no non-finite value"))
+                               f"{ev.median_of(prior) if len(prior) else 'no record'} before): {tail}"))
     return out
 
 
