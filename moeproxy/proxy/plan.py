@@ -13,6 +13,16 @@ traffic of ``UPDATE_BYTES_PER_PARAM`` bytes a parameter, in FLOP-equivalents at 
 (``flops_per_byte``). At a cluster's millions of tokens a step that term is small and the ratio is
 the FLOPs one; with few tokens a step (a small grid on one CPU core) it is most of the step, and a
 proxy with fewer experts steps faster although its FLOPs per token are the full model's.
+
+Given the tokens of one forward and backward (``micro_batch_tokens``), the plan also estimates the
+memory of one RL training replica (``run_memory_bytes``), what a run's peak memory is compared on:
+per parameter the training state (16 bytes mixed precision; 16 for a float32 trainer: weights, grads,
+Adam m and v), the reference policy's copy (when a KL term needs one) and the rollout engine's copy at
+its precision; plus the activations autograd keeps for one micro-batch, counted per token and layer as
+in Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") with the
+MLP replaced by the router and the top-k experts' inputs and intermediates, and the logits. The
+activations depend on the active shape and the tokens, not on the experts kept: the part of a small
+model's memory that a proxy does not shrink.
 """
 
 from __future__ import annotations
@@ -36,6 +46,10 @@ UPDATE_BYTES_PER_PARAM = 34
 # Ascend 910B ~ 320 TFLOP/s over 1.6 TB/s ~ 200; a value between them unless told
 DEFAULT_FLOPS_PER_BYTE = 250.0
 DEFAULT_ACTIVATION_FRACTION = 0.25
+# Bytes a parameter of the trainer's state: mixed precision (bf16 weights 2 + grads 2 + fp32 master 4
+# + Adam m 4 + v 4) or a float32 trainer (weights 4 + grads 4 + m 4 + v 4)
+TRAINER_STATE_BYTES = {"mixed": 16, "float32": 16}
+TRAINER_WEIGHT_BYTES = {"mixed": 2, "float32": 4}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
 MXFP4_BYTES_PER_PARAM = 17 / 32  # 16 bytes of packed nibbles + 1 scale byte per 32 values
 _ROUTED = re.compile(r"\.experts\.(gate_up_proj|down_proj)(_bias)?$")
@@ -111,6 +125,11 @@ def plan_proxy(
     activation_fraction: float = DEFAULT_ACTIVATION_FRACTION,
     tokens_per_step: int | None = None,
     flops_per_byte: float = DEFAULT_FLOPS_PER_BYTE,
+    micro_batch_tokens: int | None = None,
+    seq_len: float | None = None,
+    trainer: str = "mixed",
+    reference: bool = True,
+    engine_bytes: float = 2,
 ) -> dict:
     """The ``moeproxy plan --json`` document for a checkpoint dir, a config.json path or a config dict."""
     if isinstance(model_path_or_config, dict):
@@ -125,6 +144,14 @@ def plan_proxy(
         raise InputError(f"--tokens-per-step {tokens_per_step} must be positive")
     if not flops_per_byte > 0:
         raise InputError(f"--flops-per-byte {flops_per_byte} must be positive")
+    if micro_batch_tokens is not None and micro_batch_tokens <= 0:
+        raise InputError(f"--micro-batch-tokens {micro_batch_tokens} must be positive")
+    if seq_len is not None and not seq_len > 0:
+        raise InputError(f"--seq-len {seq_len} must be positive")
+    if trainer not in TRAINER_STATE_BYTES:
+        raise InputError(f"trainer precision {trainer!r}: expected one of {sorted(TRAINER_STATE_BYTES)}")
+    if engine_bytes < 0:
+        raise InputError(f"rollout engine bytes per parameter {engine_bytes} must not be negative")
     adapter = adapter_for(config, source)
     shape = adapter.routing_shape(config)
     if keep_ratio is None and keep_experts is None:
@@ -136,6 +163,8 @@ def plan_proxy(
 
     counts = count_parameters(config)
     e = shape.num_experts
+    run_bytes_per_param = (TRAINER_STATE_BYTES[trainer] + (TRAINER_WEIGHT_BYTES[trainer] if reference else 0)
+                           + engine_bytes)
     per_expert = counts["routed"] / (counts["moe_layers"] * e) if counts["moe_layers"] else 0.0
     backbone = counts["total"] - counts["routed"] - counts["router"]
 
@@ -146,7 +175,7 @@ def plan_proxy(
         total = backbone + routed + router
         active = backbone + router + per_expert * k * counts["moe_layers"]
         fp8 = counts["fp8_quantisable"] - counts["routed"] * (1 - scale)
-        return {
+        out = {
             "experts": n_experts,
             "top_k": k,
             "params_total": int(round(total)),
@@ -156,6 +185,12 @@ def plan_proxy(
             "accelerators": _accelerators(total, device_memory_gib, activation_fraction),
             "flops_per_token": int(round(6 * active)),
         }
+        if micro_batch_tokens is not None:
+            act = activation_bytes(config, counts["moe_layers"], n_experts, k, micro_batch_tokens,
+                                   seq_len or micro_batch_tokens, TRAINER_WEIGHT_BYTES[trainer])
+            out["activation_bytes"] = int(round(act))
+            out["run_memory_bytes"] = int(round(total * run_bytes_per_param + act))
+        return out
 
     full, proxy = side(e, shape.top_k), side(kept, k_proxy)
     if tokens_per_step is None:
@@ -184,6 +219,13 @@ def plan_proxy(
         "params_per_expert": int(round(per_expert)),
         "memory_model": {
             "device_memory_gib": device_memory_gib,
+            "run": None if micro_batch_tokens is None else {
+                "micro_batch_tokens": micro_batch_tokens, "seq_len": seq_len or micro_batch_tokens,
+                "trainer": trainer, "reference": reference, "engine_bytes_per_param": engine_bytes,
+                "bytes_per_param": run_bytes_per_param,
+                "explanation": "one replica of an RL step: training state + reference copy + rollout engine copy "
+                               "per parameter, plus the activations of one micro-batch (Korthikanti et al. 2022, "
+                               "MLP as router + top-k experts)"},
             "activation_fraction": activation_fraction,
             "train_bytes_per_param": TRAIN_BYTES_PER_PARAM,
             "explanation": "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m 4 + v 4 bytes per "
@@ -197,6 +239,37 @@ def step_cost(side: dict, tokens_per_step: int, flops_per_byte: float) -> float:
     """FLOP-equivalents of one training step of a plan's side: forward and backward over the step's
     tokens, plus the update every parameter costs once a step (memory traffic at the device's balance)."""
     return float(side["flops_per_token"]) * tokens_per_step + flops_per_byte * UPDATE_BYTES_PER_PARAM * side["params_total"]
+
+
+def activation_bytes(config: dict, moe_layers: int, experts: int, top_k: int, tokens: float, seq_len: float,
+                     value_bytes: float) -> float:
+    """Bytes of the activations autograd keeps for one forward and backward over ``tokens`` tokens in
+    sequences of ``seq_len``, counted as the Hugging Face implementations the proxies are built from
+    keep them (eager attention, a loop over the experts), per token and layer:
+
+    - attention: the norm's input and output, queries, keys and values, their norms' outputs, the
+      rotated queries and keys, the attention probabilities (heads x sequence), the output
+      projection's input;
+    - MoE: the norm's input and output, the router's logits and their softmax, and for each of the
+      top-k experts: the token's copy, the gate and up projections, the activation, their product,
+      the down projection's output and its weighted copy (a dense layer: one MLP of the dense width);
+
+    then the logits and their log-softmax at float32. Without recomputation or dropout (Korthikanti
+    et al. 2022 count the same way for Megatron's layers)."""
+    h = int(config.get("hidden_size") or 0)
+    heads = int(config.get("num_attention_heads") or 1)
+    head_dim = int(config.get("head_dim") or (h // heads if heads else 0))
+    q = heads * head_dim
+    kv = int(config.get("num_key_value_heads") or heads) * head_dim
+    layers = int(config.get("num_hidden_layers") or moe_layers)
+    expert_width = int(config.get("moe_intermediate_size") or config.get("intermediate_size") or 0)
+    dense_width = int(config.get("intermediate_size") or expert_width)
+    attention = 2 * h + 3 * q + 6 * kv + heads * seq_len + q
+    moe = 2 * h + 2 * experts + top_k * (3 * h + 4 * expert_width)
+    dense = 2 * h + 2 * h + 4 * dense_width
+    per_token = layers * attention + moe_layers * moe + max(layers - moe_layers, 0) * dense
+    vocab = int(config.get("vocab_size") or 0)
+    return tokens * (per_token * value_bytes + 2 * vocab * 4)
 
 
 def resolve_ok(shape: RoutingShape, ratio: float, top_k: str, ep_size: int) -> bool:
@@ -246,5 +319,12 @@ def format_plan(plan: dict) -> str:
     mm = plan["memory_model"]
     lines.append(f"memory model: {mm['train_bytes_per_param']} B/param ({mm['explanation']}); "
                  f"{mm['activation_fraction']:.0%} of each device left for activations")
+    run = mm.get("run")
+    if run:
+        f, p = plan["full"], plan["proxy"]
+        lines.append(f"run memory (one replica: {run['bytes_per_param']:g} B/param + one micro-batch's activations, "
+                     f"{run['micro_batch_tokens']:,} tokens): {human_bytes(f['run_memory_bytes'])} -> "
+                     f"{human_bytes(p['run_memory_bytes'])} (ratio {p['run_memory_bytes'] / f['run_memory_bytes']:.2f}; "
+                     f"activations {human_bytes(f['activation_bytes'])} -> {human_bytes(p['activation_bytes'])})")
     lines += [f"note: {n}" for n in plan["notes"]]
     return "\n".join(lines)

@@ -212,7 +212,7 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
     import torch
 
     from moeproxy.proxy.checkpoint import load_config
-    from moeproxy.repro.grpo import run_grpo
+    from moeproxy.repro.grpo import DTYPES, run_grpo
     from moeproxy.repro.scenarios import get_scenario
     from moeproxy.repro.tiny_moe import DEFAULT_CHECKPOINT, load_tiny_moe
 
@@ -226,6 +226,7 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
     times: dict[str, list[float]] = {k: [] for k in sides}
     memory: dict[str, list[float]] = {k: [] for k in sides}
     tokens: list[int] = []
+    tensor_tokens: list[int] = []
     state: dict[str, int] = {}
     params: dict[str, tuple[int, int]] = {}
     balance = machine_balance(load_config(sides["full"]), progress)
@@ -242,17 +243,26 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
                     continue  # warm-up: first-time allocations and kernel set-up
                 times[name].append(summary["step_time_median_s"])
                 tokens.append(summary["tokens_per_step_median"])
+                tensor_tokens.append(summary["tensor_tokens_per_step_median"])
                 if summary.get("run_memory_peak_gb") is not None:
                     memory[name].append(summary["run_memory_peak_gb"])
                 progress(f"  cost round {r}/{rounds} {name}: {summary['step_time_median_s']:.3f} s/step")
     step_tokens = int(statistics.median(tokens))
-    planned = planned_costs(sides, step_tokens, balance["flops_per_byte"])
+    held = int(statistics.median(tensor_tokens))
+    # the run's memory as the planner models it: a float32 trainer, a reference copy when the KL term
+    # needs one, the engine's copy at its precision, one mini-batch's activations
+    run = {"micro_batch_tokens": held // config.mini_batches,
+           "seq_len": held / (config.prompts_per_step * config.group_size),
+           "trainer": "float32", "reference": config.kl_coef > 0,
+           "engine_bytes": torch.tensor([], dtype=DTYPES[config.rollout_dtype]).element_size()}
+    planned = planned_costs(sides, step_tokens, balance["flops_per_byte"], run)
     out = {name: {"step_s": statistics.median(times[name]), "step_s_all": times[name],
                   "state_mib": state[name] / 2**20, "parameters": params[name][0],
                   "active_parameters": params[name][1],
                   "run_memory_gb": statistics.median(memory[name]) if memory[name] else None,
                   "planned": planned.get(name)} for name in sides}
-    out["machine"] = {**balance, "tokens_per_step": step_tokens, "steps": steps, "rounds": rounds}
+    out["machine"] = {**balance, "tokens_per_step": step_tokens, "tensor_tokens_per_step": held,
+                      "run": run, "steps": steps, "rounds": rounds}
     return out
 
 
@@ -311,15 +321,17 @@ def machine_balance(full_config: dict, progress: Callable[[str], None] = print, 
 
 
 def planned_costs(sides: dict[str, Path], tokens_per_step: int | None = None,
-                  flops_per_byte: float | None = None) -> dict[str, dict]:
+                  flops_per_byte: float | None = None, run: dict | None = None) -> dict[str, dict]:
     """What ``moeproxy plan`` predicts for each side from the full model's config alone (parameters,
     active parameters, training state at 16 bytes per parameter, and, given the step's tokens and the
-    machine's FLOPs per byte, the step cost ratio full / side), beside what was measured."""
+    machine's FLOPs per byte, the step cost ratio full / side; given the run's micro-batch and copies
+    (``plan_proxy``'s keywords), its memory and memory ratio side / full), beside what was measured."""
     from moeproxy.proxy.checkpoint import load_config
     from moeproxy.proxy.plan import plan_proxy, step_cost
 
     full = load_config(sides["full"])
-    full_side = plan_proxy(full, keep_ratio=1.0)["full"]
+    run = run or {}
+    full_side = plan_proxy(full, keep_ratio=1.0, **run)["full"]
     out = {}
     for name, path in sides.items():
         if name == "full":
@@ -327,9 +339,12 @@ def planned_costs(sides: dict[str, Path], tokens_per_step: int | None = None,
         else:
             proxy = load_config(path)
             mode = "keep" if proxy.get("num_experts_per_tok") == full.get("num_experts_per_tok") else "scale"
-            side = plan_proxy(full, keep_ratio=float(name), top_k=mode)["proxy"]
+            side = plan_proxy(full, keep_ratio=float(name), top_k=mode, **run)["proxy"]
         out[name] = {"parameters": side["params_total"], "active_parameters": side["params_active"],
                      "state_mib": side["train_state_bytes"] / 2**20}
+        if "run_memory_bytes" in side:
+            out[name]["run_memory_gb"] = side["run_memory_bytes"] / 2**30
+            out[name]["memory_ratio"] = side["run_memory_bytes"] / full_side["run_memory_bytes"]
         if tokens_per_step is not None and flops_per_byte is not None:
             # side / full, as the measured step ratio is read (proxy s / full s)
             out[name]["step_ratio"] = (step_cost(side, tokens_per_step, flops_per_byte)
@@ -348,15 +363,18 @@ def cost_table(cost: dict) -> str:
         memory = c.get("run_memory_gb")
         return (f"| {label} | {c['step_s']:.3f} | {' '.join(f'{t:.3f}' for t in c['step_s_all'])} "
                 f"| {c['step_s'] / full['step_s']:.2f} / {planned(c, 'step_ratio', '.2f')} "
-                f"| {'-' if memory is None else format(memory, '.2f')} "
+                f"| {'-' if memory is None else format(memory, '.2f')} / {planned(c, 'run_memory_gb', '.2f')} "
+                f"| {'-' if memory is None or not full.get('run_memory_gb') else format(memory / full['run_memory_gb'], '.2f')}"
+                f" / {planned(c, 'memory_ratio', '.2f')} "
                 f"| {c.get('parameters', 0):,} / {planned(c, 'parameters', ',')} "
                 f"| {c.get('active_parameters', 0):,} / {planned(c, 'active_parameters', ',')} "
                 f"| {c['state_mib']:.1f} / {planned(c, 'state_mib', '.1f')} | {c['state_mib'] / full['state_mib']:.2f} |")
 
     lines = ["| model | step s (median of rounds) | step s per round | step ratio proxy/full measured / planned "
-             "| run memory GB (peak) | parameters measured / planned | active measured / planned "
+             "| run memory GiB (peak) measured / planned | memory ratio proxy/full measured / planned "
+             "| parameters measured / planned | active measured / planned "
              "| training state MiB measured / planned | state ratio proxy/full |",
-             "|---|---|---|---|---|---|---|---|---|",
+             "|---|---|---|---|---|---|---|---|---|---|",
              row("full", full)]
     lines += [row(f"cluster proxy, ratio {name}", c) for name, c in cost.items() if name not in ("full", "machine")]
     machine = cost.get("machine")
@@ -365,4 +383,10 @@ def cost_table(cost: dict) -> str:
                      f"--flops-per-byte {machine['flops_per_byte']:.1f}`, the machine's balance measured apart from "
                      f"the runs ({machine['flops_per_s'] / 1e9:.1f} GFLOP/s on an expert's matmuls, "
                      f"{machine['update_s_per_param'] * 1e9:.2f} ns a parameter for the update).")
+        run = machine.get("run")
+        if run:
+            lines.append(f"Planned run memory: `moeproxy plan --micro-batch-tokens {run['micro_batch_tokens']} --seq-len "
+                         f"{run['seq_len']:.1f} --trainer {run['trainer']}{'' if run['reference'] else ' --no-reference'} "
+                         f"--engine-bytes {run['engine_bytes']:g}` (the mini-batch as the step's tensors hold it, "
+                         f"padding included; {machine['tensor_tokens_per_step']:,} tokens a step).")
     return "\n".join(lines)

@@ -275,6 +275,8 @@ class GrpoTrainer:
         metrics["perf/model_state_gb"] = self.model_state_bytes() / 1024**3
         metrics["perf/total_params"] = self.total_params
         metrics["perf/tokens"] = int(rollout.attention_mask.sum())  # prompt and completion tokens the step trained on
+        # the tokens the step's tensors hold, padding included: what its activations are sized by
+        metrics["perf/tensor_tokens"] = int(rollout.prompt_ids.numel() + rollout.completion_ids.numel())
         metrics["perf/active_params"] = self.active_params
         return metrics
 
@@ -364,12 +366,13 @@ def run_grpo(model, tokenizer, config: GrpoConfig, log_path: str | Path, progres
     """
     trainer = GrpoTrainer(model, tokenizer, config)
     started = time.perf_counter()
-    step_times, tokens, memory = [], [], []
+    step_times, tokens, tensor_tokens, memory = [], [], [], []
     with VerlFileLogger(log_path) as logger:
         for step in range(1, config.steps + 1):
             metrics = trainer.step(step)
             step_times.append(metrics["timing_s/step"])
             tokens.append(metrics["perf/tokens"])
+            tensor_tokens.append(metrics["perf/tensor_tokens"])
             if "perf/run_memory_gb" in metrics:
                 memory.append(metrics["perf/run_memory_gb"])
             logger.log(metrics, step=step)
@@ -386,6 +389,7 @@ def run_grpo(model, tokenizer, config: GrpoConfig, log_path: str | Path, progres
         "step_time_median_s": sorted(step_times)[len(step_times) // 2],
         "model_state_bytes": trainer.model_state_bytes(),
         "tokens_per_step_median": sorted(tokens)[len(tokens) // 2],
+        "tensor_tokens_per_step_median": sorted(tensor_tokens)[len(tensor_tokens) // 2],
         "run_memory_peak_gb": max(memory) if memory else None,
         "parameters": total,
         "active_parameters": active_parameters(model),

@@ -108,3 +108,37 @@ def test_step_cost_counts_the_per_parameter_update_given_the_steps_tokens(capsys
     assert "2,000 tokens a step" in capsys.readouterr().out
     assert main(["plan", str(path), "--keep-experts", "16", "--flops-per-byte", "5"]) == 2
     assert "needs --tokens-per-step" in capsys.readouterr().err
+
+
+def test_run_memory_counts_copies_per_parameter_and_one_micro_batchs_activations(capsys):
+    path = CONFIGS / "Qwen3-235B-A22B.json"
+    base = plan_proxy(path, keep_experts=16)
+    assert "run_memory_bytes" not in base["full"] and base["memory_model"]["run"] is None
+    plan = plan_proxy(path, keep_experts=16, micro_batch_tokens=8192, seq_len=4096)
+    full, proxy = plan["full"], plan["proxy"]
+    # mixed precision: state 16 + reference 2 + rollout engine 2 bytes a parameter
+    assert plan["memory_model"]["run"]["bytes_per_param"] == 20
+    assert full["run_memory_bytes"] == pytest.approx(20 * full["params_total"] + full["activation_bytes"], abs=1)
+    # activations follow the active shape and the tokens: the same for both sides but the router's
+    # logits (128 vs 16 experts a token and layer), so the proxy's memory shrinks less than its state
+    assert 0 < full["activation_bytes"] - proxy["activation_bytes"] < 0.01 * full["activation_bytes"]
+    state_ratio = proxy["train_state_bytes"] / full["train_state_bytes"]
+    assert proxy["run_memory_bytes"] / full["run_memory_bytes"] > state_ratio
+    # twice the tokens: twice the activations
+    double = plan_proxy(path, keep_experts=16, micro_batch_tokens=16384, seq_len=4096)
+    assert double["full"]["activation_bytes"] == pytest.approx(2 * full["activation_bytes"], rel=1e-6)
+    # a float32 trainer without a KL term (no reference): 16 + the engine's 2; activations at 4 bytes
+    fp32 = plan_proxy(path, keep_experts=16, micro_batch_tokens=8192, seq_len=4096, trainer="float32",
+                      reference=False)
+    assert fp32["memory_model"]["run"]["bytes_per_param"] == 18
+    logits = 2 * 151936 * 4 * 8192  # the logits and their log-softmax stay float32 in both
+    assert fp32["full"]["activation_bytes"] - logits == pytest.approx(2 * (full["activation_bytes"] - logits), rel=1e-6)
+    with pytest.raises(InputError, match="micro-batch-tokens 0 must be positive"):
+        plan_proxy(path, keep_experts=16, micro_batch_tokens=0)
+    with pytest.raises(InputError, match="trainer precision 'fp8'"):
+        plan_proxy(path, keep_experts=16, micro_batch_tokens=10, trainer="fp8")
+    assert main(["plan", str(path), "--keep-experts", "16", "--micro-batch-tokens", "8192", "--seq-len", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "run memory (one replica: 20 B/param" in out and "8,192 tokens" in out
+    assert main(["plan", str(path), "--keep-experts", "16", "--seq-len", "4096"]) == 2
+    assert "--seq-len needs --micro-batch-tokens" in capsys.readouterr().err

@@ -58,3 +58,9 @@ def test_the_cost_comparison_sets_the_planner_beside_what_it_measured(tmp_path):
     table = cost_table(cost)
     assert "| full |" in table and "| cluster proxy, ratio 0.5 |" in table
     assert f"--tokens-per-step {machine['tokens_per_step']}" in table
+    # the planner's run memory for the same run (float32 trainer, a reference for the KL term, the
+    # bf16 engine, one mini-batch as its tensors hold it): below the full model's for the proxy
+    assert machine["run"]["trainer"] == "float32" and machine["tensor_tokens_per_step"] >= machine["tokens_per_step"]
+    assert 0 < proxy["planned"]["memory_ratio"] < 1.0 == full["planned"]["memory_ratio"]
+    assert proxy["planned"]["run_memory_gb"] < full["planned"]["run_memory_gb"]
+    assert f"--micro-batch-tokens {machine['run']['micro_batch_tokens']}" in table
