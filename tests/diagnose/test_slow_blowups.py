@@ -97,3 +97,24 @@ def test_a_critic_whose_error_grew_with_the_return_it_learned_is_no_blow_up():
     value_loss = 300.0 * (1 + 8 * ramp) ** 2 * np.exp(rng.normal(0, 0.3, n))
     res = diagnose_series(_critic(value_loss, reward))
     assert not any(f["rule"] == "value_loss_blowup" for f in res["findings"]), res["findings"]
+
+
+def test_a_critic_loss_named_as_only_rl_names_it_is_judged_when_no_reward_is_read():
+    # rlkit's CQL logs several returns (exploration and evaluation, averages and means), none of
+    # which is read as the run's reward; its twin critics' ``trainer/QF1 Loss`` still says the run is
+    # RL's, and a critic that settles at ~60 and then climbs x1e9 diverged
+    n = 400
+    rng = np.random.default_rng(21)
+    steps = np.arange(n)
+    qf = np.concatenate([60 + rng.normal(0, 6, 200), 60 * 1.12 ** np.arange(1, 201)])
+    returns = 500 + rng.normal(0, 150, n)
+    series = {"trainer/QF1 Loss": pd.Series(qf, index=steps),
+              "exploration/Average Returns": pd.Series(returns, index=steps),
+              "exploration/Rewards Mean": pd.Series(returns / 1000, index=steps)}
+    res = diagnose_series(series)
+    critic = [f for f in res["findings"] if f["rule"] == "value_loss_blowup"]
+    assert res["verdict"] == "divergence" and critic, res["findings"]
+    assert 195 <= critic[0]["onset_step"] <= 215 and 195 <= res["onset_step"] <= 215, critic
+    # a VQ model's ``q_loss`` (its codebook loss) is no critic: without a reward it is not judged so
+    vq = {"q_loss": pd.Series(qf, index=steps), "rec_loss": pd.Series(1 + rng.normal(0, 0.01, n), index=steps)}
+    assert not any(f["rule"] == "value_loss_blowup" for f in diagnose_series(vq)["findings"])

@@ -98,6 +98,10 @@ RULES = declare(DIVERGENCE, {
 # ``loss/critic1``, ``qf1_loss``; twin critics are numbered)
 VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic\d?_loss|loss/(?:value|critic\d?|q\d?)|value loss|"
                         r"q\d?_loss|qf\d?_loss|qf\d? loss|lossq\d?|lossv)$", re.IGNORECASE)
+# the names no other kind of model uses (not ``q_loss``/``loss/q``: a VQ model's quantisation loss):
+# a log holding one is an RL run's even when no reward of it is recognised (rlkit's several returns)
+CRITIC_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic\d?_loss|loss/(?:value|critic\d?)|value loss|"
+                         r"qf\d?_loss|qf\d? loss|lossq\d?|lossv)$", re.IGNORECASE)
 
 
 
@@ -601,7 +605,9 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                reward=run.resolve_reward(), kl=run.resolve("kl"))
         if hit is not None:
             out.append(hit)
-    if rl or run.resolve_reward() is not None:  # (an offline RL log may hold only an evaluation return)
+    # (an offline RL log may hold only an evaluation return, or several returns none of which is read
+    # as the reward: a critic's loss named as only RL names it says the run is RL's)
+    if rl or run.resolve_reward() is not None or run.matching(lambda n: CRITIC_LOSS.search(n) is not None):
         for name, series in run.matching(lambda n: VALUE_LOSS.search(n) is not None):
             hit = _value_loss_blowup(run, name, series, cfg)
             if hit is not None:
