@@ -96,14 +96,12 @@ RULES = declare(DIVERGENCE, {
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
 # (Spinning Up names its critics' losses ``LossQ``, ``LossQ1``, ``LossV``; OfflineRL-Kit and rlkit
 # ``loss/critic1``, ``qf1_loss``; twin critics are numbered)
-VALUE_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic\d?_loss|loss/(?:value|critic\d?|q\d?)|value loss|"
-                        r"q\d?_loss|qf\d?_loss|qf\d? loss|lossq\d?|lossv)$", re.IGNORECASE)
+_CRITIC_NAMES = (r"value_loss|vf_loss|critic\d?_loss|loss/(?:value|critic\d?)|value loss|qf\d?_loss|qf\d? loss|"
+                 r"lossq\d?|lossv")
+VALUE_LOSS = re.compile(rf"(?:^|[/_ ])(?:{_CRITIC_NAMES}|q\d?_loss|loss/q\d?)$", re.IGNORECASE)
 # the names no other kind of model uses (not ``q_loss``/``loss/q``: a VQ model's quantisation loss):
 # a log holding one is an RL run's even when no reward of it is recognised (rlkit's several returns)
-CRITIC_LOSS = re.compile(r"(?:^|[/_ ])(?:value_loss|vf_loss|critic\d?_loss|loss/(?:value|critic\d?)|value loss|"
-                         r"qf\d?_loss|qf\d? loss|lossq\d?|lossv)$", re.IGNORECASE)
-
-
+CRITIC_LOSS = re.compile(rf"(?:^|[/_ ])(?:{_CRITIC_NAMES})$", re.IGNORECASE)
 
 
 def _candidates(run: RunSeries) -> list[tuple[str, str]]:
