@@ -22,7 +22,9 @@ def add_arguments(parser) -> None:
     run = parser.add_argument_group("run memory (one RL training replica: state, copies, one micro-batch's activations)")
     run.add_argument("--micro-batch-tokens", type=int, default=None,
                      help="tokens of one forward and backward (micro-batch x sequence, padding included): the "
-                          "plan then estimates each side's run memory (default: training state alone)")
+                          "plan then estimates each side's run memory, activations counted without recomputation, "
+                          "flash attention or tensor/sequence parallelism (an upper bound on a cluster; "
+                          "default: training state alone)")
     run.add_argument("--seq-len", type=float, default=None,
                      help="sequence length, for the attention probabilities (default: --micro-batch-tokens)")
     run.add_argument("--trainer", choices=["mixed", "float32"], default="mixed",

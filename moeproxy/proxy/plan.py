@@ -325,6 +325,7 @@ def format_plan(plan: dict) -> str:
         lines.append(f"run memory (one replica: {run['bytes_per_param']:g} B/param + one micro-batch's activations, "
                      f"{run['micro_batch_tokens']:,} tokens): {human_bytes(f['run_memory_bytes'])} -> "
                      f"{human_bytes(p['run_memory_bytes'])} (ratio {p['run_memory_bytes'] / f['run_memory_bytes']:.2f}; "
-                     f"activations {human_bytes(f['activation_bytes'])} -> {human_bytes(p['activation_bytes'])})")
+                     f"activations {human_bytes(f['activation_bytes'])} -> {human_bytes(p['activation_bytes'])}, kept whole: "
+                     f"no recomputation, eager attention, no tensor or sequence parallelism)")
     lines += [f"note: {n}" for n in plan["notes"]]
     return "\n".join(lines)
