@@ -80,14 +80,17 @@ def _other_counters(run: RunSeries) -> dict:
     """name -> (step -> that counter's value at the step) for each series whose name is a step key
     of the vocabulary and whose values only grow: counters the log carries beside its step."""
     # (and the episode count of a log whose step counts environment steps: keras-rl's ``episode``
-    # beside ``nb_steps``; an epoch is read apart, as a fraction)
-    keys = {k.lower() for k in STEP_KEYS} | {"episode"}
+    # beside ``nb_steps``; an epoch is read apart as a fraction, and is a counter like these when it
+    # only takes whole numbers: Keras' ``Epoch 9/80`` above its batches' lines)
+    keys = {k.lower() for k in STEP_KEYS} | {"episode", "epoch"}
     out = {}
     for name, series in run.matching(lambda n: n.lower() in keys):
         c = series[np.isfinite(series.to_numpy(dtype=float))]
         values = c.to_numpy(dtype=float)
         if len(values) < 2 or not (np.diff(values) >= 0).all() or values[-1] <= values[0]:
             continue
+        if name.lower() == "epoch" and not (values == np.round(values)).all():
+            continue  # a fractional epoch: ``onset_epoch``
         steps = c.index.to_numpy()
 
         def at(step, steps=steps, values=values):

@@ -306,3 +306,28 @@ def test_a_headerless_csv_of_two_counters_and_a_value_is_read(tmp_path):
     parsed = parse_file(log)
     wide = _wide(parsed)
     assert list(wide.index)[:2] == [1, 2] and wide.loc[2, "loss"] == 102.0
+
+
+def test_keras_batch_lines_inside_an_epoch_count_on_across_epochs(tmp_path):
+    # Keras 3's progress bar printed per batch (a docs page or a notebook keeps every line), the
+    # ``Epoch N/M`` header on a line of its own, code fences and HTML around them (keras.io's pages)
+    lines = []
+    for epoch in (1, 2):
+        lines += ["<div class=\"k-default-codeblock\">", "```", f"Epoch {epoch}/2", "```", "</div>"]
+        for k in (1, 4, 7, 9):
+            lines.append(f"   {k}/10 ━━━━━━━━━━━━━━━━━━━━  8s 17ms/step - accuracy: 0.{epoch}{k} - loss: "
+                         f"{3.0 - 0.1 * k - epoch:.4f} - moe_loss: {epoch * 10 + k}.5")
+        lines.append(f"  10/10 ━━━━━━━━━━━━━━━━━━━━ 9s 18ms/step - accuracy: 0.5 - loss: 0.7 - moe_loss: 3.1")
+    log = tmp_path / "moe_mnist.md"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    assert parsed.format == "text" and not parsed.step_from_index
+    wide = _wide(parsed)
+    # batch k of epoch e is step (e - 1) x 10 + k; each epoch's closing 10/10 summary is not a batch
+    assert sorted(wide.index) == [1, 4, 7, 9, 11, 14, 17, 19]
+    assert wide.loc[14, "moe_loss"] == 24.5 and wide.loc[19, "epoch"] == 2
+    # a log of epoch summaries alone stays read by epoch
+    summary = tmp_path / "vae.log"
+    summary.write_text("".join(f"Epoch {e}/3\n 250/250 ━━━━━━━━━━━━━━━━━━━━ 110s 439ms/step - loss: {400 - e}.5\n"
+                               for e in (1, 2, 3)))
+    assert sorted(_wide(parse_file(summary)).index) == [1, 2, 3]

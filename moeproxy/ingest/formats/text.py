@@ -62,6 +62,9 @@ STEP_NAME_VALUE = re.compile(r"^\s*(\d+)\s+([A-Za-z_][\w./\-]*)\s+(" + r"[-+]?(?
                              r"[-+]?(?:nan|inf(?:inity)?)" + r")\s*$", re.IGNORECASE)
 SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": "val: loss",
               "validation": "val: loss", "eval": "eval: loss", "test": "test: loss"}
+# Keras' progress bar inside an epoch (``  4/469 ━━━━━━━━━━━━━━━━━━━━  8s 17ms/step - loss: 0.1 -
+# moe_loss: 11.5``, Keras 2's ``[====>.....]``): the batch within the epoch its ``Epoch 1/20`` line names
+KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+)\s+(?:\[[=>.]*\]|━+)")
 EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*(?:/\s*(\d+))?\s*$", re.IGNORECASE)
 # a counter on a line of its own, perhaps framed (``********** Iteration 3 **********``, ``=== Step 200 ===``):
 # the ``key : value`` lines after it, one pair a line, are that step's record (Berkeley's RL homework logger)
@@ -377,6 +380,15 @@ def parse_text(src: SourceFile) -> ParsedLog:
             else:
                 skipped += 1
             continue
+        bar = KERAS_BAR.match(line) if header_epoch is not None else None
+        if bar and int(bar.group(1)) < int(bar.group(2)) and (record := pairs_of_split(line[bar.end():])):
+            # a batch's line within the epoch (its last, ``469/469``, is the epoch's summary, read by
+            # epoch when the log prints nothing else): the batch counter runs on across the epochs
+            record["epoch"] = header_epoch
+            per_epoch = int(bar.group(2))
+            entries.append((STEPPED, max(header_epoch - 1, 0) * per_epoch + int(bar.group(1)), rank_of(raw), record))
+            counts[STEPPED] += 1
+            continue
         hit = find_step(line)
         if hit is not None:
             record = pairs_of_split(hit[1])
@@ -497,7 +509,10 @@ def sniff_text(src: SourceFile) -> float:
         if epoch_alone:
             continue
         hit = find_step(line)
-        if after_epoch and len(extract_pairs(line)) >= 2:
+        bar = KERAS_BAR.match(line)
+        if bar and extract_pairs(line[bar.end():]):
+            with_step += 1  # Keras' progress bar, within the epoch or closing it
+        elif after_epoch and len(extract_pairs(line)) >= 2:
             with_step += 1  # Keras: ``Epoch 3/15``, then the epoch's metrics on the progress line
         elif hit is not None and extract_pairs(hit[1]):
             with_step += 1
