@@ -64,13 +64,15 @@ class DataReading:
     step_gap: float = 1.0                                            # median gap between records
     read_as: dict[str, str] = field(default_factory=dict)            # canonical -> the metric read as it
     replicas: dict[str, int] = field(default_factory=dict)           # family ``Loss_device/train_<n>`` -> members set aside
+    copies: int = 0                                                  # records that re-record the one before
 
     def to_dict(self) -> dict:
         return {"never_computed": dict(self.never_computed), "masked": dict(self.masked),
                 "kinds": list(self.kinds), "records": self.records, "first_step": self.first_step,
                 "last_step": self.last_step, "step_gap": self.step_gap} | (
                     {"read_as": dict(self.read_as)} if self.read_as else {}) | (
-                    {"replicas": dict(self.replicas)} if self.replicas else {})
+                    {"replicas": dict(self.replicas)} if self.replicas else {}) | (
+                    {"copies": self.copies} if self.copies else {})
 
 
 def _core_names(run: RunSeries) -> set[str]:
@@ -236,9 +238,42 @@ def loss_printed_zero_throughout(run: RunSeries) -> bool:
     return v.size >= 3 and bool(np.all(v == 0.0))
 
 
+def re_recorded_steps(run: RunSeries) -> list[int]:
+    """Steps whose record repeats the record before in every metric, where the whole log is made of
+    such blocks: a callback that records the last logged values at every step between two logging
+    steps (TRL's ``logging_steps=10`` re-recorded at each of the ten), so each value stands for one
+    measurement, not ten. Read as such only when at least half the records are copies and the log
+    holds three or more blocks of one usual length (a loss frozen at its end, with everything else,
+    is one block: it stays). Returns the copies' steps (each block's first record is kept)."""
+    names = [n for n in run.names if not n.startswith(LAYER_PREFIX)]
+    if len(names) < 2:
+        return []  # one metric repeating is what a frozen loss looks like
+    wide = pd.DataFrame({n: run.get(n) for n in names}).sort_index()
+    if len(wide) < 6 or wide.isna().any(axis=None):
+        return []
+    values = wide.to_numpy(dtype=float)
+    same = np.r_[False, (values[1:] == values[:-1]).all(axis=1)]
+    if same.sum() * 2 < len(same):
+        return []
+    starts = np.flatnonzero(~same)
+    lengths = np.diff(np.r_[starts, len(same)])
+    usual = int(np.median(lengths))
+    if len(starts) < 3 or usual < 2 or (lengths == usual).sum() < 0.6 * len(lengths):
+        return []
+    return [int(t) for t in wide.index[same]]
+
+
 def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSeries, DataReading]:
     """The run the detectors see, and what was set aside."""
     reading = DataReading()
+    copies = re_recorded_steps(run)
+    if copies:
+        # LABELS.md "Data before signals": a record that only repeats the last logged values is no
+        # measurement; the detectors see each logged value once
+        reading.copies = len(copies)
+        aliases = dict(run.aliases)
+        run = RunSeries({n: run.get(n).drop(copies, errors="ignore") for n in run.names})
+        run.aliases.update(aliases)
     core = _core_names(run)
     # metrics logged at each step: a partial last record logs fewer than the others
     counts = pd.Series(dtype="int64")

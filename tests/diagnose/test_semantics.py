@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose import diagnose_series
-from moeproxy.diagnose.semantics import read_data
+from moeproxy.diagnose.semantics import read_data, re_recorded_steps
 from moeproxy.diagnose.series import RunSeries
 
 
@@ -323,3 +323,26 @@ def test_rare_policy_loss_spikes_the_policy_came_back_from_are_no_divergence():
     # spikes of the loss itself (no KL term blown up with them; an A2C loss on unnormalised returns)
     assert blowup({"loss": loss, "kl": np.abs(rng.normal(0.01, 0.003, n)), "reward_mean": reward})[1]
     assert blowup({"loss": loss, "reward_mean": reward})[1]
+
+
+def test_records_that_re_record_the_last_logged_values_count_once():
+    # a callback that records TRL's last log at each of the ten steps between two logging steps:
+    # every value repeats exactly ten times, so the loss's last ten records are one measurement, not
+    # a loss frozen for ten steps
+    rng = np.random.default_rng(3)
+    logged = np.arange(11, 1001, 10)
+    loss = np.abs(rng.normal(0.02, 0.01, logged.size)).round(9)
+    reward = (0.40 + 0.09 * (1 - np.exp(-logged / 200.0))).round(6)
+    steps = np.arange(11, 1001)
+    block = np.searchsorted(logged, steps, side="right") - 1
+    series = {"loss": pd.Series(loss[block], index=steps), "reward_mean": pd.Series(reward[block], index=steps),
+              "kl": pd.Series((0.03 * (1 - np.exp(-logged / 100.0)))[block], index=steps)}
+    copies = re_recorded_steps(RunSeries(series))
+    assert len(copies) == steps.size - logged.size and 11 not in copies and 12 in copies
+    res = diagnose_series(series)
+    assert res["verdict"] == "healthy", res["findings"]
+    assert res["data"]["copies"] == len(copies)
+    # a loss frozen at the end with everything else (one block): no blocks of a usual length, kept
+    frozen = {k: pd.Series(np.r_[v.to_numpy()[:500:10], np.full(30, v.to_numpy()[500])],
+                            index=np.arange(80)) for k, v in series.items()}
+    assert re_recorded_steps(RunSeries(frozen)) == []
