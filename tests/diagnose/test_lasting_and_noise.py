@@ -170,3 +170,17 @@ def test_a_loss_huge_from_its_first_record_or_at_the_top_of_a_climb_is_no_satura
         clamped = pd.Series(np.r_[np.full(30, 2.0), np.full(5, top)], index=np.arange(35))
         res = diagnose_series({"loss": clamped})
         assert res["verdict"] == "overflow" and res["onset_step"] == 30, (top, res["findings"])
+
+
+def test_a_loss_printed_as_0_beside_finite_gradients_converged_and_beside_nan_gradients_overflowed():
+    # HF Trainer logs 0.0 for a window whose every step loss was NaN (its NaN filter): a loss that
+    # drops to exactly 0 for good is such a window, unless the grad norms logged with those windows
+    # are finite and non-zero (a DPO loss saturating to 1e-5, printed to four decimals)
+    steps = np.arange(1, 18) * 10
+    loss = np.r_[0.0017, 0.0004, 0.0002, 0.0001, 0.0001, np.zeros(12)]
+    converged = np.r_[0.02, 0.004, 0.002, 0.001, 0.0008, np.full(12, 1.2e-4)]
+    res = diagnose_series({"loss": pd.Series(loss, index=steps), "grad_norm": pd.Series(converged, index=steps)})
+    assert res["verdict"] == "healthy", res["findings"]
+    broken = np.r_[converged[:5], np.full(12, np.nan)]
+    res = diagnose_series({"loss": pd.Series(loss, index=steps), "grad_norm": pd.Series(broken, index=steps)})
+    assert res["verdict"] == "overflow", res["findings"]

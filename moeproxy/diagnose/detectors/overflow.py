@@ -405,6 +405,14 @@ def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         # the loss was already near 0 and went on to print as 0.0 (a small set memorised): it
         # converged; a NaN-filtered window drops to 0 from where the loss was
         return []
+    grad = run.resolve("grad_norm")
+    if grad is not None:
+        g = grad[1][grad[1].index >= step].to_numpy(dtype=float)
+        if g.size and np.isfinite(g).all() and (g > 0).all():
+            # the gradients of those windows are finite and non-zero: the losses they came from
+            # were finite, and 0.0 is a converged loss printed at the trainer's rounding (a DPO
+            # loss saturating to 1e-5, printed to four decimals)
+            return []
     return [Finding(OVERFLOW, step, CRITICAL, name, "loss_zero_nan_filter",
                     f"{name} went from {fmt(vals[j - 1])} at step {int(loss.index[j - 1])} to exactly 0 at step "
                     f"{step} and stayed 0 for the last "
