@@ -172,15 +172,17 @@ def test_a_loss_huge_from_its_first_record_or_at_the_top_of_a_climb_is_no_satura
         assert res["verdict"] == "overflow" and res["onset_step"] == 30, (top, res["findings"])
 
 
-def test_a_loss_printed_as_0_beside_finite_gradients_converged_and_beside_nan_gradients_overflowed():
+def test_a_loss_that_came_down_to_its_last_printed_digit_and_then_printed_0_converged():
     # HF Trainer logs 0.0 for a window whose every step loss was NaN (its NaN filter): a loss that
-    # drops to exactly 0 for good is such a window, unless the grad norms logged with those windows
-    # are finite and non-zero (a DPO loss saturating to 1e-5, printed to four decimals)
+    # drops to exactly 0 for good from where it was is such a window; one that came down to the last
+    # digit it is printed with (0.0001 at four decimals) and then prints 0.0 converged below the
+    # rounding (a saturated DPO loss)
     steps = np.arange(1, 18) * 10
     loss = np.r_[0.0017, 0.0004, 0.0002, 0.0001, 0.0001, np.zeros(12)]
     converged = np.r_[0.02, 0.004, 0.002, 0.001, 0.0008, np.full(12, 1.2e-4)]
     res = diagnose_series({"loss": pd.Series(loss, index=steps), "grad_norm": pd.Series(converged, index=steps)})
     assert res["verdict"] == "healthy", res["findings"]
+    # the same loss with the gradients turning NaN where it prints 0: the run overflowed
     broken = np.r_[converged[:5], np.full(12, np.nan)]
     res = diagnose_series({"loss": pd.Series(loss, index=steps), "grad_norm": pd.Series(broken, index=steps)})
     assert res["verdict"] == "overflow", res["findings"]

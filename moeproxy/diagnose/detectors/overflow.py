@@ -380,6 +380,21 @@ def _nan_filtered_from_start(run: RunSeries) -> list[Finding]:
     return []
 
 
+def _printed_unit(values: np.ndarray) -> float:
+    """The smallest step of the digits these values were printed with (1e-4 for 0.0017, 0.0004):
+    the most decimals any of them shows, as its shortest round-trip form has them."""
+    decimals = 0
+    for v in values[:200]:
+        text = repr(float(v))
+        if "e" in text or "E" in text:
+            mantissa, exp = text.lower().split("e")
+            digits = len(mantissa.split(".")[1]) if "." in mantissa and mantissa.split(".")[1] != "0" else 0
+            decimals = max(decimals, digits - int(exp))
+        elif "." in text and text.split(".")[1] != "0":
+            decimals = max(decimals, len(text.split(".")[1]))
+    return 10.0 ** -decimals
+
+
 def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """HF Trainer's ``logging_nan_inf_filter`` (on by default) leaves NaN/inf step losses out of the
     logged average; when every step of a logging window was non-finite nothing is left and it logs
@@ -405,14 +420,11 @@ def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         # the loss was already near 0 and went on to print as 0.0 (a small set memorised): it
         # converged; a NaN-filtered window drops to 0 from where the loss was
         return []
-    grad = run.resolve("grad_norm")
-    if grad is not None:
-        g = grad[1][grad[1].index >= step].to_numpy(dtype=float)
-        if g.size and np.isfinite(g).all() and (g > 0).all():
-            # the gradients of those windows are finite and non-zero: the losses they came from
-            # were finite, and 0.0 is a converged loss printed at the trainer's rounding (a DPO
-            # loss saturating to 1e-5, printed to four decimals)
-            return []
+    if positive.size and vals[j - 1] <= 2 * _printed_unit(positive):
+        # the loss came down to the last digit the trainer prints (0.0017, 0.0004, 0.0001 printed to
+        # four decimals) and then printed as 0.0: a converged loss below the rounding (a saturated
+        # DPO loss), not a window of NaN losses, which drops to 0 from where the loss was
+        return []
     return [Finding(OVERFLOW, step, CRITICAL, name, "loss_zero_nan_filter",
                     f"{name} went from {fmt(vals[j - 1])} at step {int(loss.index[j - 1])} to exactly 0 at step "
                     f"{step} and stayed 0 for the last "
