@@ -44,6 +44,10 @@ thresholds(
     warmup_start=(0.5, "... from under this share of the peak"),
     replica_min=(8, "metrics differing only in a trailing number, this many or more, each sparser than the run: "
                     "per-worker copies, set aside"),
+    copies_share=(0.5, "records repeating the one before in every metric, this share of the log or more: a "
+                       "logger re-recording its last values, each counted once"),
+    copies_blocks=(3, "... in this many blocks or more"),
+    copies_usual_share=(0.6, "... this share of them of one usual length (a frozen end is one block)"),
 )
 
 # The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
@@ -238,13 +242,15 @@ def loss_printed_zero_throughout(run: RunSeries) -> bool:
     return v.size >= 3 and bool(np.all(v == 0.0))
 
 
-def re_recorded_steps(run: RunSeries) -> list[int]:
+def re_recorded_steps(run: RunSeries, cfg: DiagnoseConfig | None = None) -> list[int]:
     """Steps whose record repeats the record before in every metric, where the whole log is made of
     such blocks: a callback that records the last logged values at every step between two logging
     steps (TRL's ``logging_steps=10`` re-recorded at each of the ten), so each value stands for one
-    measurement, not ten. Read as such only when at least half the records are copies and the log
-    holds three or more blocks of one usual length (a loss frozen at its end, with everything else,
-    is one block: it stays). Returns the copies' steps (each block's first record is kept)."""
+    measurement, not ten. Read as such only when ``copies_share`` of the records or more are copies
+    and the log holds ``copies_blocks`` blocks or more, ``copies_usual_share`` of them of one usual
+    length (a loss frozen at its end, with everything else, is one block: it stays). Returns the
+    copies' steps (each block's first record is kept)."""
+    cfg = cfg or DiagnoseConfig()
     names = [n for n in run.names if not n.startswith(LAYER_PREFIX)]
     if len(names) < 2:
         return []  # one metric repeating is what a frozen loss looks like
@@ -253,12 +259,12 @@ def re_recorded_steps(run: RunSeries) -> list[int]:
         return []
     values = wide.to_numpy(dtype=float)
     same = np.r_[False, (values[1:] == values[:-1]).all(axis=1)]
-    if same.sum() * 2 < len(same):
+    if same.sum() < cfg.copies_share * len(same):
         return []
     starts = np.flatnonzero(~same)
     lengths = np.diff(np.r_[starts, len(same)])
     usual = int(np.median(lengths))
-    if len(starts) < 3 or usual < 2 or (lengths == usual).sum() < 0.6 * len(lengths):
+    if len(starts) < cfg.copies_blocks or usual < 2 or (lengths == usual).sum() < cfg.copies_usual_share * len(lengths):
         return []
     return [int(t) for t in wide.index[same]]
 
@@ -266,7 +272,7 @@ def re_recorded_steps(run: RunSeries) -> list[int]:
 def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSeries, DataReading]:
     """The run the detectors see, and what was set aside."""
     reading = DataReading()
-    copies = re_recorded_steps(run)
+    copies = re_recorded_steps(run, cfg)
     if copies:
         # LABELS.md "Data before signals": a record that only repeats the last logged values is no
         # measurement; the detectors see each logged value once

@@ -46,9 +46,9 @@ UPDATE_BYTES_PER_PARAM = 34
 # Ascend 910B ~ 320 TFLOP/s over 1.6 TB/s ~ 200; a value between them unless told
 DEFAULT_FLOPS_PER_BYTE = 250.0
 DEFAULT_ACTIVATION_FRACTION = 0.25
-# Bytes a parameter of the trainer's state: mixed precision (bf16 weights 2 + grads 2 + fp32 master 4
-# + Adam m 4 + v 4) or a float32 trainer (weights 4 + grads 4 + m 4 + v 4)
-TRAINER_STATE_BYTES = {"mixed": 16, "float32": 16}
+# Bytes a parameter of the trainer's weights (the reference policy's copy is at the same precision);
+# its state is TRAIN_BYTES_PER_PARAM either way: mixed precision (bf16 weights 2 + grads 2 + fp32
+# master 4 + Adam m 4 + v 4) or a float32 trainer (weights 4 + grads 4 + m 4 + v 4, no master copy)
 TRAINER_WEIGHT_BYTES = {"mixed": 2, "float32": 4}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
 MXFP4_BYTES_PER_PARAM = 17 / 32  # 16 bytes of packed nibbles + 1 scale byte per 32 values
@@ -148,8 +148,8 @@ def plan_proxy(
         raise InputError(f"--micro-batch-tokens {micro_batch_tokens} must be positive")
     if seq_len is not None and not seq_len > 0:
         raise InputError(f"--seq-len {seq_len} must be positive")
-    if trainer not in TRAINER_STATE_BYTES:
-        raise InputError(f"trainer precision {trainer!r}: expected one of {sorted(TRAINER_STATE_BYTES)}")
+    if trainer not in TRAINER_WEIGHT_BYTES:
+        raise InputError(f"trainer precision {trainer!r}: expected one of {sorted(TRAINER_WEIGHT_BYTES)}")
     if engine_bytes < 0:
         raise InputError(f"rollout engine bytes per parameter {engine_bytes} must not be negative")
     adapter = adapter_for(config, source)
@@ -163,8 +163,7 @@ def plan_proxy(
 
     counts = count_parameters(config)
     e = shape.num_experts
-    run_bytes_per_param = (TRAINER_STATE_BYTES[trainer] + (TRAINER_WEIGHT_BYTES[trainer] if reference else 0)
-                           + engine_bytes)
+    run_bytes_per_param = TRAIN_BYTES_PER_PARAM + (TRAINER_WEIGHT_BYTES[trainer] if reference else 0) + engine_bytes
     per_expert = counts["routed"] / (counts["moe_layers"] * e) if counts["moe_layers"] else 0.0
     backbone = counts["total"] - counts["routed"] - counts["router"]
 

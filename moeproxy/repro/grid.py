@@ -254,7 +254,7 @@ def measure_cost(out: Path, ratios: list[float], seed: int, steps: int, rounds: 
     run = {"micro_batch_tokens": held // config.mini_batches,
            "seq_len": held / (config.prompts_per_step * config.group_size),
            "trainer": "float32", "reference": config.kl_coef > 0,
-           "engine_bytes": torch.tensor([], dtype=DTYPES[config.rollout_dtype]).element_size()}
+           "engine_bytes": DTYPES[config.rollout_dtype].itemsize}
     planned = planned_costs(sides, step_tokens, balance["flops_per_byte"], run)
     out = {name: {"step_s": statistics.median(times[name]), "step_s_all": times[name],
                   "state_mib": state[name] / 2**20, "parameters": params[name][0],

@@ -382,16 +382,9 @@ def _nan_filtered_from_start(run: RunSeries) -> list[Finding]:
 
 def _printed_unit(values: np.ndarray) -> float:
     """The smallest step of the digits these values were printed with (1e-4 for 0.0017, 0.0004):
-    the most decimals any of them shows, as its shortest round-trip form has them."""
-    decimals = 0
-    for v in values[:200]:
-        text = repr(float(v))
-        if "e" in text or "E" in text:
-            mantissa, exp = text.lower().split("e")
-            digits = len(mantissa.split(".")[1]) if "." in mantissa and mantissa.split(".")[1] != "0" else 0
-            decimals = max(decimals, digits - int(exp))
-        elif "." in text and text.split(".")[1] != "0":
-            decimals = max(decimals, len(text.split(".")[1]))
+    the most decimals any of them shows in its shortest round-trip form."""
+    decimals = max((len(np.format_float_positional(float(v), unique=True, trim="-").partition(".")[2])
+                    for v in values[:200]), default=0)
     return 10.0 ** -decimals
 
 
