@@ -215,3 +215,24 @@ def test_a_printed_jump_the_validation_loss_does_not_show_unless_one_part_of_the
     res = diagnose_series({"loss": task + 0.1 * domain, "train_task_loss": task,
                            "train_domain_loss": domain, "val_loss": val})
     assert res["verdict"] == "divergence" and res["onset_step"] == 30, res["findings"]
+
+
+def test_groups_alike_from_the_first_record_never_learn_whatever_they_score():
+    # every group's answers score alike (std 0) from the first records on, at a positive level the
+    # reward never rises above: no update ever had anything to learn from (LABELS.md), which a run
+    # that climbed to its ceiling and then scores alike (converged) is not
+    rng = np.random.default_rng(11)
+    n = 69
+    varied = np.zeros(n, bool)
+    varied[[30, 43, 44, 51, 60]] = True
+    series = {"loss": np.where(varied, 0.004, 0.0015) + 0.0005 * rng.random(n),
+              "grad_norm": rng.uniform(0.05, 0.4, n),
+              "reward_mean": np.where(varied, -0.05, 0.5),
+              "reward_std": np.where(varied, 0.5, 0.0),
+              "zero_std_share": np.where(varied, 0.8, 1.0)}
+    res = diagnose_series(series)
+    assert ("groups_all_equal", "critical") in _rules(res) and res["verdict"] == "vanishing_gradient"
+    climbed = dict(series, reward_mean=np.r_[np.linspace(-0.5, 0.5, 25), np.full(n - 25, 0.5)],
+                   reward_std=np.r_[np.full(25, 0.4), np.zeros(n - 25)],
+                   zero_std_share=np.r_[np.full(25, 0.3), np.ones(n - 25)])
+    assert ("groups_all_equal", "critical") not in _rules(diagnose_series(climbed))

@@ -44,6 +44,9 @@ thresholds(
     penalty_share=(0.5, "a reward whose one value this share of the records carry: a penalty every sample earned"),
     uniform_classes=(100, "a loss frozen at ln(k), k up to this: a uniform guess over k outcomes"),
     uniform_tolerance=(1e-3, "... to within this (absolute, in nats)"),
+    chance_classes=(6, "a loss that never leaves ln(k), k up to this (where the levels of k and k+1 lie further "
+                        "apart than the band below): the chance level of a k-way classifier"),
+    chance_band=(0.03, "... every quarter's median within this share of ln(k)"),
 )
 
 RULES = declare(VANISHING_GRADIENT, {
@@ -62,7 +65,10 @@ RULES = declare(VANISHING_GRADIENT, {
     "reward_never_moved": "an RL reward at or below 0 that never left a narrow band from the run's start: nothing "
                           "was ever learned (the groups' answers all scored the same penalty)",
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
-}, thresholds={"loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
+    "loss_at_chance": "a training loss that stays at ln(k), a k-way classifier's chance level, from the run's start "
+                      "to its end: the model never learned more than the class prior",
+}, thresholds={"loss_at_chance": ("chance_classes", "chance_band", "never_learned_records"),
+               "loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
                "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),
                "reward_never_moved": ("never_learned_records", "never_learned_noisy_band", "never_learned_trend",
@@ -377,7 +383,8 @@ def _groups_all_equal(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
     the groups' reward std exactly 0 (or the share of zero-std groups exactly 1) on at least
     ``empty_update_share`` of the records overall and of the last quarter, while the reward stays
     level (its last quarter's median within 10 % of its range of its first quarter's) and the groups
-    score nothing (its median at or below 0): groups that all score full marks have converged.""" 
+    score nothing (its median at or below 0), or were alike from the first records on: groups that
+    came to score full marks alike have converged, groups alike from the start never learned.""" 
     for canonical, empty in (("zero_std_share", lambda v: v >= 1.0), ("reward_std", lambda v: v == 0.0)):
         found = run.resolve(canonical)
         if found is None:
@@ -395,8 +402,10 @@ def _groups_all_equal(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
         if reward is None:
             continue  # equal groups that all score full marks converged: without the reward, no telling
         r = reward[1][np.isfinite(reward[1].to_numpy())].to_numpy(dtype=float)
-        if not r.size or float(np.median(r)) > 0:
-            continue  # the groups score something: a converged run at its ceiling (LABELS.md), not a stuck one
+        from_start = equal[:q].mean() >= cfg.empty_update_share
+        if not r.size or (float(np.median(r)) > 0 and not from_start):
+            continue  # the groups score something and came to score alike: a converged run at its ceiling
+            # (LABELS.md), not a stuck one; groups alike from the first records on never had anything to learn
         k = quarter_count(r.size)
         moved = float(np.median(r[-k:])) - float(np.median(r[:k])) if r.size >= 4 else 0.0
         if abs(moved) > 0.1 * (float(r.max()) - float(r.min())):
@@ -437,7 +446,7 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     v = s.to_numpy(dtype=float)
     if v.size < cfg.vanishing_min_records or float(np.median(v)) <= 0:
         return []
-    hit = _uniform_guess(name, s, cfg)
+    hit = _uniform_guess(name, s, cfg) or _at_chance(run, name, s, cfg)
     if hit is not None:
         return [hit]
     # the loss as logged per step, then its per-epoch copy (Lightning's ``train_loss_epoch``): a loss
@@ -492,6 +501,37 @@ def _uniform_guess(name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | No
                    f"{name} sits at ln({k}) = {np.log(k):.4f} (within the limit {fmt(cfg.uniform_tolerance)}) "
                    f"in its last {n_near} records, {since}: the model predicts {k} "
                    f"outcomes uniformly and does not learn")
+
+
+def _at_chance(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md "the run never learns at all", read on a loss at a classifier's chance level: logged
+    from the run's start over ``never_learned_records`` records or more, every quarter's median within
+    ``chance_band`` of ln(k) for one k from 2 to ``chance_classes`` (0.693 = ln 2, 1.386 = ln 4). A
+    noisy loss that drifts a little (0.717 to 0.670 over eight epochs of a binary classifier) never
+    got below the prior; learning takes a classifier's loss well under ln(k). Larger k are not read:
+    their levels lie closer together than the band, so any level would match one."""
+    v = s.to_numpy(dtype=float)
+    if v.size < cfg.never_learned_records or not _from_run_start(run, s):
+        return None
+    q = quarter_count(v.size)
+    quarters = np.array([np.median(part) for part in np.array_split(v, 4)]) if v.size >= 4 * q else None
+    if quarters is None or quarters.min() <= 0:
+        return None
+    level = float(np.median(v))
+    if level > np.log(cfg.chance_classes + 1):
+        return None
+    k = int(round(float(np.exp(level))))
+    if k < 2:
+        return None
+    chance = float(np.log(k))
+    if np.abs(quarters - chance).max() > cfg.chance_band * chance:
+        return None
+    first = int(s.index[0])
+    return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_at_chance",
+                   f"{name} stayed at ln({k}) = {chance:.4f}, a {k}-way classifier's chance level, over all "
+                   f"{v.size} records from the run's start at step {first}: its quarters' medians "
+                   f"{', '.join(fmt(x) for x in quarters)}, within {fmt(100 * cfg.chance_band)}% of it; the "
+                   f"model never learned more than the class prior")
 
 
 def _never_moved(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
