@@ -332,11 +332,26 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
         # every agent's own Cumulative Reward as 0 and the team's in its Group Cumulative Reward):
         # the next of the reward's names the run logs, with numbers in it, is the reward
         out.aliases["reward_mean"] = reading.read_as["reward_mean"] = reward
-    elif out.resolve_reward() is None and (reward := _reward_by_name(out)):
+    elif out.resolve_reward() is None and (reward := _reward_by_name(out) or _episode_average(out)):
         # no framework name for the reward, but one metric the run names as its reward or return
-        # (``training_reward.avg``, ``Train/mean_reward``): it is the reward
+        # (``training_reward.avg``, ``Train/mean_reward``), or the one bare average of a run that
+        # counts episodes: it is the reward
         out.aliases["reward_mean"] = reading.read_as["reward_mean"] = reward
     return out, reading
+
+
+_AVERAGE_WORDS = frozenset({"avg", "average", "mean"})
+
+
+def _episode_average(run: RunSeries) -> str | None:
+    """A run that counts episodes (an ``Episode`` counter among its metrics) and logs one bare
+    average (``Episode: 9300  Avg: 4782  BestAvg: 5060``), no loss and no reward by name: the average
+    is the episodes' return (its running best, ``BestAvg``, is a copy and no second average)."""
+    if run.resolve("loss") is not None or not any(n.lower() in ("episode", "episodes") for n in run.names):
+        return None
+    found = [n for n in run.names if {w.lower() for w in _WORDS.findall(n)} <= _AVERAGE_WORDS
+             and _WORDS.findall(n)]
+    return found[0] if len(found) == 1 else None
 
 
 _REWARD_ALIASES = frozenset(a.lower() for a in ("reward_mean", *ALIASES["reward_mean"]))

@@ -306,9 +306,52 @@ def _complete_prefix(text: str, tries: int = 64):
     return None, 0
 
 
+_HISTORY_KEY = re.compile(r'"log_history"\s*:\s*\[')
+_STRING_OR_PY_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\b(None|True|False)\b')
+_JSON_OF = {"None": "null", "True": "true", "False": "false"}
+
+
+def _embedded_history(src: SourceFile) -> tuple[list, list[str]]:
+    """A trainer state pasted inside other text (an issue's words around it, a Python script that
+    holds it as a dict literal): the list after ``"log_history":``, to its closing bracket, with
+    Python's None / True / False read as JSON's null / true / false."""
+    text = src.read_text()
+    m = _HISTORY_KEY.search(text)
+    if m is None:
+        raise InputError(f"{src.path}: no log_history list in this trainer_state.json")
+    start, depth, end = m.end() - 1, 0, None
+    for t in _BRACKET_OR_STRING.finditer(text, start):
+        ch = t.group()
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth == 0:
+                end = t.end()
+                break
+    line = text.count("\n", 0, start) + 1
+    body = _STRING_OR_PY_LITERAL.sub(lambda x: _JSON_OF[x.group(1)] if x.group(1) else x.group(0),
+                                     text[start:end])
+    warnings = [f"line {line}: a trainer state's log_history inside other text: read that list alone"]
+    if end is None:  # cut off (a paste of part of it): up to its last complete record, as a whole file
+        history, kept = _complete_prefix(body)
+        if history is None:
+            raise InputError(f"{src.path}: the log_history list from line {line} is cut off before its "
+                             f"first complete record")
+        return history, warnings + [f"the log_history list is cut off: read up to its last complete record, "
+                                    f"its last {len(body) - kept} characters left out"]
+    try:
+        return _loads(body), warnings
+    except ValueError as exc:
+        raise InputError(f"{src.path}: the log_history list from line {line} is malformed ({exc})") from None
+
+
 def parse_trainer_state(src: SourceFile) -> ParsedLog:
-    doc, warnings = _load_whole(src)
-    history = doc.get("log_history") if isinstance(doc, dict) else None
+    if src.head.lstrip().startswith(b"{"):
+        doc, warnings = _load_whole(src)
+        history = doc.get("log_history") if isinstance(doc, dict) else None
+    else:
+        history, warnings = _embedded_history(src)
     if not isinstance(history, list):
         raise InputError(f"{src.path}: no log_history list in this trainer_state.json")
     table = LogTable()
@@ -372,8 +415,11 @@ def sniff_jsonl(src: SourceFile) -> float:
 
 def sniff_trainer_state(src: SourceFile) -> float:
     head = src.head.lstrip()
-    if not (head.startswith(b"{") and b'"log_history"' in src.head):
+    if b'"log_history"' not in src.head:
         return 0.0
+    if not head.startswith(b"{"):
+        # pasted inside other text: the list itself must follow the key
+        return 0.9 if _HISTORY_KEY.search(src.head.decode("utf-8", "replace")) else 0.0
     objs, lines = _first_objects(src, limit=2)
     if len(objs) >= 2:
         # JSON lines whose summary record carries a log_history (ms-swift's logging.jsonl): the

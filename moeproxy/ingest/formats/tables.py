@@ -9,8 +9,8 @@ header, headerless ``step value`` golden files, and bare values one per line.
   row is one metric.
 - Two runs in one table become two arms, each stored as its own run: cells holding ``a / b``
   (arm names from a header that ends in ``x / y``, else 1 and 2), or columns that share a metric
-  word under different prefixes (``Baseline Loss``, ``Test Loss``). Columns of neither kind go to
-  every arm.
+  word under different prefixes (``Baseline Loss``, ``Test Loss``; not the splits of one run,
+  ``Training Loss`` beside ``Validation Loss``). Columns of neither kind go to every arm.
 - Headerless files: rows of exactly two numbers (``12 3.456``: integer step, value; or three,
   ``1,1000,4.59``: two counters then the value, the first counter the step) and files of one
   value per line (``3.2207``, ``tensor(3.2207, device='cuda:0')``, no step: the record index is the
@@ -36,6 +36,8 @@ RULE = re.compile(r"^[\s|:=+-]*-{2,}[\s|:=+-]*$")  # |---|---| or ----  -------
 WIDE = re.compile(r"\s{2,}|\t")
 HEAD_ARMS = re.compile(r"^(.*?)\s*\b(\w{1,12})\s*/\s*(\w{1,12})$")
 MAX_COLUMNS = 512
+SPLIT_WORDS = frozenset({"train", "training", "val", "valid", "validation", "eval", "evaluation", "dev"})
+NAMES_ROW = re.compile(r"[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*)+")  # metric names one space apart
 
 
 EMPHASIS = re.compile(r"^(\*\*|__|\*|_|`)(.*)\1$")
@@ -118,6 +120,8 @@ def _blocks(lines: list[str]) -> list[_Block]:
             i += 1
             continue
         header = _split(line, numeric_row=False)
+        if len(header) < 2 and NAMES_ROW.fullmatch(line.strip()):
+            header = line.split()  # names one space apart (fastai v1: ``epoch train_loss valid_loss``)
         if len(header) < 2 or len(header) > MAX_COLUMNS or _is_numeric_row(header):
             i += 1
             continue
@@ -128,6 +132,9 @@ def _blocks(lines: list[str]) -> list[_Block]:
         while j < n and lines[j].strip():
             piped = "|" in lines[j]
             cells = _split(lines[j], numeric_row=not piped)
+            if (not piped and len(cells) == len(header) + 1 and _arm_values(cells[-1]) is None
+                    and _is_numeric_row(cells[:-1], allow_first_text=True)):
+                cells = cells[:-1]  # one unnamed cell after the named ones (fastai v1's ``(00:13)`` time)
             if not piped and len(cells) != len(header):
                 cells = _split(lines[j], numeric_row=False)
             if not piped and 2 <= len(cells) < len(header):
@@ -161,7 +168,9 @@ def _columns(block: _Block) -> tuple[list[int], dict[str, list[list[float | None
         cols = {r[0].strip(): [_arm_values(c) for c in r[1:]] for r in block.rows}
         return steps, cols
     names = [h.strip() for h in block.header]
-    step_col = next((k for k, h in enumerate(names) if h.lower() in STEP_NAMES), None)
+    # a step counter before the epoch (an HF model card's ``| Training Loss | Epoch | Step |``)
+    step_col = next((k for k, h in enumerate(names) if h.lower() in STEP_NAMES and h.lower() != "epoch"),
+                    next((k for k, h in enumerate(names) if h.lower() == "epoch"), None))
     cols: dict[str, list] = {}
     for k, name in enumerate(names):
         if k != step_col:
@@ -197,7 +206,9 @@ def _arms(cols: dict[str, list]) -> tuple[list[str], dict[str, list[tuple[str, s
         words = name.split()
         if len(words) >= 2:
             by_last.setdefault(words[-1].lower(), []).append(name)
-    shared = next((names for names in by_last.values() if len(names) >= 2), None)
+    # (the splits of one run, ``Training Loss`` beside ``Validation Loss`` in an HF model card, are no arms)
+    shared = next((names for names in by_last.values() if len(names) >= 2
+                   and not all(" ".join(n.split()[:-1]).lower() in SPLIT_WORDS for n in names)), None)
     if shared is None:
         return [""], {name: [("", name, 0)] for name in cols}
     arm_names = [" ".join(n.split()[:-1]).lower() for n in shared]
