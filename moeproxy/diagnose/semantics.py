@@ -122,6 +122,22 @@ def never_computed(name: str, values: np.ndarray, core: set[str]) -> str | None:
     return None
 
 
+def _zero_beside_policy_loss(run: RunSeries, name: str, s: pd.Series) -> str | None:
+    """An RL run's ``loss`` exactly 0 in every record while a policy loss it also logs by name
+    (``actor_pg_loss``) moves: the column was never filled (LABELS.md "Data before signals"), not
+    every update empty."""
+    found = run.resolve("loss")
+    if found is None or found[0] != name or not run.is_rl:
+        return None
+    v = s.to_numpy(dtype=float)
+    if v.size < 3 or not np.isfinite(v).all() or np.any(v):
+        return None
+    other = training_loss_by_name([n for n in run.names if n != name])
+    if other is None or not np.any(np.nan_to_num(run.get(other).to_numpy(dtype=float))):
+        return None
+    return f"0 in all {v.size} records while {other} moves: never computed"
+
+
 def edge_artefacts(series: pd.Series, record_counts: pd.Series) -> list[int]:
     """Steps of a lone non-finite value in the first record (finite records follow), of a run of them
     opening the log before the metric was ever finite, or of one in a partial last record (finite records before it; fewer metrics logged at that step than usual)."""
@@ -300,7 +316,7 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
         if name in set_aside:
             continue
         s = run.get(name)
-        why = never_computed(name, s.to_numpy(dtype=float), core)
+        why = never_computed(name, s.to_numpy(dtype=float), core) or _zero_beside_policy_loss(run, name, s)
         if why is not None and zero_printed and is_validation_loss(name):
             # LABELS.md: the training loss non-finite from the first record (HF prints 0.0 for a
             # window of NaN losses), the validation loss NaN too: computed, and it overflowed

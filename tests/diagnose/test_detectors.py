@@ -335,3 +335,18 @@ def test_a_success_rate_that_rose_then_fell_to_zero_for_good_is_a_reward_collaps
     # one that rose and stays is no collapse
     kept = np.r_[np.zeros(2), np.ones(165)]
     assert diagnose_series({"TestSuccess": series(kept), "reward_mean": series(ret)})["verdict"] == "healthy"
+
+
+def test_kl_to_reference_climbing_from_zero_to_a_moderate_level_is_grpo_learning_not_a_runaway():
+    # KL to the reference starts at ~0 (policy = reference): 0.0006 -> 0.2 over 60 GRPO steps while
+    # the reward holds is what a learning run does; the same climb to 2 nats has run away
+    n = 60
+    rng = np.random.default_rng(8)
+    reward = series(0.1 + 0.05 * rng.random(n))
+    entropy = series(1.1 + 0.1 * rng.random(n))
+    climb = np.geomspace(6e-4, 0.2, n) * np.exp(rng.normal(0, 0.2, n))
+    res = diagnose_series({"kl": series(climb), "reward_mean": reward, "policy_entropy": entropy})
+    assert not any(f["rule"] == "kl_ref_blowup" for f in res["findings"])
+    runaway = np.geomspace(6e-4, 2.0, n) * np.exp(rng.normal(0, 0.2, n))
+    res = diagnose_series({"kl": series(runaway), "reward_mean": reward, "policy_entropy": entropy})
+    assert any(f["rule"] == "kl_ref_blowup" for f in res["findings"]) and res["verdict"] == "divergence"

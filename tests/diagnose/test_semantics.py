@@ -346,3 +346,17 @@ def test_records_that_re_record_the_last_logged_values_count_once():
     frozen = {k: pd.Series(np.r_[v.to_numpy()[:500:10], np.full(30, v.to_numpy()[500])],
                             index=np.arange(80)) for k, v in series.items()}
     assert re_recorded_steps(RunSeries(frozen)) == []
+
+
+def test_an_rl_loss_column_of_zeros_beside_a_policy_loss_that_moves_was_never_filled():
+    # a CSV whose ``loss`` column is 0 on every row while ``actor_pg_loss`` moves: no update was empty
+    n = 60
+    rng = np.random.default_rng(12)
+    steps = range(1, n + 1)
+    pg = np.where(rng.random(n) < 0.3, 0.0, rng.normal(0, 0.05, n))
+    res = diagnose_series({"loss": dict(zip(steps, [0.0] * n)), "actor_pg_loss": dict(zip(steps, pg.tolist())),
+                           "reward_mean": dict(zip(steps, np.where(pg == 0, 0.0, 0.1 * rng.random(n)).tolist())),
+                           "policy_entropy": dict(zip(steps, (1.1 + 0.1 * rng.random(n)).tolist()))})
+    assert "loss" in res["data"]["never_computed"]
+    assert not any(f["rule"] == "updates_empty" for f in res["findings"])
+    assert res["data"]["read_as"].get("loss") == "actor_pg_loss"

@@ -2,8 +2,10 @@
 shared/LABELS.md calls a divergence (the policy blew up). PPO practice stops at ~1.5x a target of
 0.01 (Spinning Up); here a sustained 10x rise of new-vs-old KL above 0.05 is critical
 (shared/research/logs-and-failures.md §2 row 7). KL to the reference is 0 at the start by
-construction and grows by design: it counts when it rises ``kl_ref_blowup`` (100x) over its
-early level to above 0.1 and stays there (a slow rise that settles at a small level does not).
+construction and grows by design: a climb from there counts when it rises ``kl_ref_blowup`` (100x)
+over its early level to above ``kl_ref_runaway_floor`` (0.5 nat) and stays there (GRPO runs whose KL
+to the reference climbs from ~0.001 to 0.1-0.3 while the reward holds are healthy); a sudden rise of
+``kl_factor`` from a settled level counts above ``kl_ref_floor`` (0.1).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ thresholds(
     kl_ref_blowup=(100.0, "LABELS.md: KL to the reference x100 over its early level and staying"),
     kl_floor=(0.05, "new-vs-old KL (ppo_kl): ~1.5x a target of 0.01 is already large"),
     kl_ref_floor=(0.1, "KL to the reference grows from 0 by design; only large values count"),
+    kl_ref_runaway_floor=(0.5, "KL to the reference that climbed from ~0 (policy = reference) counts as run away "
+                               "only at this level by the end (nats; GRPO runs settle at 0.1-0.3 while they learn)"),
     ppo_kl_runaway_floor=(0.15, "new-vs-old KL whose level by the end is at least this (10x the ~0.015 PPO's early "
                                 "stopping aims at) after a climb of kl_factor over its first records: runaway"),
     ppo_kl_ceiling=(1.0, "new-vs-old KL per update at or above this (20x the 0.05 PPO already stops at), from a "
@@ -37,7 +41,7 @@ RULES = declare(DIVERGENCE, {
     "ppo_kl_spike": "new-vs-old KL at 1 nat or more for a few updates, then back: a warning unless a lasting change starts with it",
     "ppo_kl_runaway": "new-vs-old KL climbing (however slowly) to 10x its first records' level and 0.15 nat or more by the end",
 }, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region", "ppo_kl_runaway"), spike=("ppo_kl_spike",),
-   thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_floor"),
+   thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_runaway_floor"),
                "ppo_kl_out_of_region": ("ppo_kl_ceiling",), "ppo_kl_runaway": ("kl_factor", "ppo_kl_runaway_floor"), "ppo_kl_spike": ("ppo_kl_ceiling",)})
 
 
@@ -64,7 +68,7 @@ def detect_kl_explosion(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 out.append(hit)
                 continue
         if canonical == "kl":
-            hit = _runaway_from_start(name, s, cfg, cfg.kl_ref_blowup, cfg.kl_ref_floor, "kl_ref_blowup",
+            hit = _runaway_from_start(name, s, cfg, cfg.kl_ref_blowup, cfg.kl_ref_runaway_floor, "kl_ref_blowup",
                                       "the policy ran away from the reference")
             if hit is not None:
                 out.append(hit)
