@@ -54,8 +54,9 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
     verdict = label_of(cause.category) if cause is not None else "healthy"
     onset = int(cause.onset_step) if cause is not None else None
     alts = alternatives(findings, cause, tie)
-    confidence, why = assess(run, verdict, onset, findings, alts, config)
+    confidence, why, basis = assess(run, verdict, onset, findings, alts, config)
     out = {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,
+           "confidence_basis": basis,
            "alternatives": alts,
            "findings": [f.to_dict() for f in order_findings(findings, verdict)],
            "config": config.to_dict()}
