@@ -60,8 +60,9 @@ def test_a_table_whose_first_row_leaves_cells_empty_and_whose_last_column_is_not
     log.write_text(TABLE)
     fmt, series = _series(log)
     assert fmt == "table"
-    # ("Train Loss" and "Val Loss" share their last word: two arms of one table, this is the first)
-    assert series["loss"][262000] == 3.0952 and series["loss"][268000] == 5.0102
+    # ("Train Loss" and "Val Loss" are the splits of one run, not two arms: both columns of one run)
+    assert series["train loss"][262000] == 3.0952 and series["train loss"][268000] == 5.0102
+    assert "val loss" in series
     assert not [k for k in series if "notes" in k.lower()]  # the notes carry no values
     delta = series["\u03b4 train"]
     assert 262000 not in delta or math.isnan(delta[262000])
