@@ -65,3 +65,16 @@ def test_baseline_beside_test_columns_stay_two_arms(tmp_path):
     log = tmp_path / "compare.md"
     log.write_text("| step | Baseline Loss | Test Loss |\n|---|---|---|\n" + "\n".join(rows) + "\n")
     assert set(parse_file(log).arms) == {"baseline", "test"}
+
+
+def test_step_name_colon_value_lines_between_printed_arrays(tmp_path):
+    # blind39: ``print(step, "Cost: ", cost)`` with the predictions printed between the lines
+    lines = []
+    for step, cost in enumerate(["2.45533e+12", "2.69762e+27", "inf", "inf", "nan", "nan", "nan"]):
+        lines += [f"{step} Cost:  {cost}", "Prediction:", " [[-1104436.375]", " [-2224342.75 ]", " [-1749606.75 ]]"]
+    log = tmp_path / "linreg.txt"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    assert parsed.format == "text"
+    cost = parsed.frame[parsed.frame.metric == "cost"].sort_values("step")
+    assert cost.step.tolist() == list(range(7)) and cost.value.iloc[0] == 2.45533e12

@@ -58,7 +58,7 @@ BATCH_FRACTION = re.compile(r"(?<![\w/])batch\s*[:#]?\s*(\d+)\s*/\s*\d+(?![\w.])
 # progress line after it (``50000/50000 [====] - 455s - loss: 2.3030 - val_loss: 2.3026``)
 # ``<step> <name> <value>`` lines (build-nanogpt's ``0 train 10.955010``, ``0 val 10.9522``, ``0
 # hella 0.2487``): a split's name alone is that split's loss
-STEP_NAME_VALUE = re.compile(r"^\s*(\d+)\s+([A-Za-z_][\w./\-]*)\s+(" + r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|"
+STEP_NAME_VALUE = re.compile(r"^\s*(\d+)\s+([A-Za-z_][\w./\-]*)\s*[:=]?\s+(" + r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|"
                              r"[-+]?(?:nan|inf(?:inity)?)" + r")\s*$", re.IGNORECASE)
 SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": "val: loss",
               "validation": "val: loss", "eval": "eval: loss", "test": "test: loss"}
