@@ -109,7 +109,8 @@ def main(argv=None) -> int:
         name, _, values = spec.partition("=")
         if not hasattr(default, name):
             ap.error(f"{name}: no such threshold in DiagnoseConfig")
-        grid.append((name, [float(v) for v in values.split(",") if v]))
+        kind = type(getattr(default, name))  # an integer threshold (a count of records) stays an integer
+        grid.append((name, [kind(float(v)) for v in values.split(",") if v]))
     cut = _set_number(args.held_out_from)
     t0 = time.perf_counter()
     cases, items = [], []

@@ -365,8 +365,7 @@ def _episode_average(run: RunSeries) -> str | None:
     is the episodes' return (its running best, ``BestAvg``, is a copy and no second average)."""
     if run.resolve("loss") is not None or not any(n.lower() in ("episode", "episodes") for n in run.names):
         return None
-    found = [n for n in run.names if {w.lower() for w in _WORDS.findall(n)} <= _AVERAGE_WORDS
-             and _WORDS.findall(n)]
+    found = [n for n in run.names if (words := {w.lower() for w in _WORDS.findall(n)}) and words <= _AVERAGE_WORDS]
     return found[0] if len(found) == 1 else None
 
 

@@ -513,9 +513,8 @@ def _at_chance(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -> 
     v = s.to_numpy(dtype=float)
     if v.size < cfg.never_learned_records or not _from_run_start(run, s):
         return None
-    q = quarter_count(v.size)
-    quarters = np.array([np.median(part) for part in np.array_split(v, 4)]) if v.size >= 4 * q else None
-    if quarters is None or quarters.min() <= 0:
+    quarters = np.array([np.median(part) for part in np.array_split(v, 4)])
+    if quarters.min() <= 0:
         return None
     level = float(np.median(v))
     if level > np.log(cfg.chance_classes + 1):
