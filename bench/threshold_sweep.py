@@ -11,8 +11,10 @@ value: verdicts and onsets on the development sets (``collected``, ``shared`` an
 before ``--held-out-from``), on the held-out sets (that one and every later blind set), and in all.
 A value is worth taking only where it wins on development AND holds on the held-out sets; the
 held-out figure is what a new user would see, the development one what was tuned.
-``--save`` keeps the defaults' reading of every log (JSON); ``--against`` lists the logs whose verdict
-or onset came out otherwise than in a saved reading (a code change checked log by log).
+``--save`` keeps the defaults' reading of every log (JSON: verdict, onset and a digest of the runs read);
+``--against`` lists the logs whose verdict or onset came out otherwise than in a saved reading (a code
+change checked log by log) and counts those whose runs were read otherwise (a reader change that
+must not move a reading: ``--refresh --against``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def _cached_frames(path: Path, refresh: bool, version: str | None = None):
     CACHE.mkdir(parents=True, exist_ok=True)
     cached.write_bytes(pickle.dumps(frames))
     return frames
+
+
+def _digest(frames) -> str:
+    """A digest of what was read from a log: each run's name, columns and values."""
+    if isinstance(frames, str):
+        return frames
+    digest = hashlib.sha1()
+    for run in sorted(frames):
+        digest.update(f"{run}\n".encode())
+        digest.update(frames[run].to_csv().encode())
+    return digest.hexdigest()
 
 
 def _diagnose_all(job):
@@ -126,6 +139,7 @@ def main(argv=None) -> int:
     held = {c.set for c in cases if _set_number(c.set) >= cut}
 
     readings: dict[str, dict] = {}
+    digests = {key: _digest(frames) for key, frames in items} if args.save or args.against else {}
 
     def run(overrides: dict) -> dict:
         chunks = [items[i::args.workers] for i in range(args.workers)]
@@ -141,7 +155,8 @@ def main(argv=None) -> int:
             if not overrides:
                 readings[f"{case.set}/{case.file}"] = {"verdict": verdict, "onset": onset, "label": case.label,
                                                          "verdict_ok": verdict in case.labels, "onset_ok": ok,
-                                                         "epoch": epoch, "counters": counters}
+                                                         "epoch": epoch, "counters": counters,
+                                                         "read": digests[f"{case.set}/{case.file}"]}
             if ok is not None:
                 t[2] += 1
                 t[3] += bool(ok)
@@ -169,6 +184,8 @@ def main(argv=None) -> int:
                         "o-" if was and was["onset_ok"] and not now["onset_ok"] else "=")
                 print(f"  {mark:<2} {key[:70]:<70} {now['label']:<18} {was and was['verdict']} {was and was['onset']}"
                       f" -> {now['verdict']} {now['onset']}")
+        moved = sorted(key for key, now in readings.items() if key in before and before[key].get("read") not in (None, now["read"]))
+        print(f"read otherwise than in {args.against.name}: {len(moved)} logs" + "".join(f"\n  {key}" for key in moved))
     for name, values in grid:
         for v in values:
             print(line(f"{name}={v:g} (default {getattr(default, name):g})", run({name: v})), flush=True)

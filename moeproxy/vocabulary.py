@@ -29,6 +29,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "train_loss", "train loss", "loss/policy_avg", "actor/loss",
         "LossPi",  # OpenAI Spinning Up's policy loss (its critics' LossQ/LossV are value losses)
         "cost",  # Marian NMT's training line: "Ep. 1 : Up. 500 : ... : Cost 81.86"
+        "cross_entropy", "cross entropy", "crossentropy", "xent",  # a classifier's or LM's loss named for what it is
     ),
     "grad_norm": (
         "grad_norm", "grad norm", "grad-norm", "actor/grad_norm", "actor_grad_norm", "train/grad_norm",

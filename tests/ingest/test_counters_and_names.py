@@ -103,3 +103,45 @@ def test_a_key_with_hyphens_for_underscores_is_its_alias():
     assert canonical_of("kl-penalty")[0] == "kl" and canonical_of("policy-loss")[0] == "loss"
     assert canonical_of("kl-penalty")[1] > canonical_of("kl_penalty")[1]  # the key itself outranks it
     assert canonical_of("cross-entropy") is None and canonical_of("val-loss") is None
+
+
+def test_two_counters_with_totals_are_nested_loops_and_the_step_runs_on(tmp_path):
+    # ``Iteration 1/1, Step 5/500``: the outer loop first; read by its first counter alone, every
+    # record fell on step 1 (a 500-step GRPO notebook read as one record)
+    lines = []
+    for it in (1, 2):
+        for step in range(1, 21):
+            lines.append(f"Iteration {it}/2, Step {step}/20, GRPO iter 1/1, loss: {0.1 * step:.4f}")
+    log = tmp_path / "grpo.log"
+    log.write_text("\n".join(lines) + "\n")
+    loss = _by_metric(parse_file(log))["loss"]
+    assert sorted(loss) == list(range(1, 41))
+    assert loss[25] == 0.5  # iteration 2, step 5
+
+
+def test_two_bare_counters_keep_the_first_as_the_step(tmp_path):
+    # litgpt's ``iter 1152 step 144``: no totals, no nesting to read; the first counter is the step
+    log = tmp_path / "litgpt.log"
+    log.write_text("\n".join(f"iter {8 * s} step {s}: loss {3 - s / 50:.4f}" for s in range(1, 21)) + "\n")
+    assert sorted(_by_metric(parse_file(log))["loss"]) == [8 * s for s in range(1, 21)]
+
+
+def test_a_known_pair_a_few_lines_after_each_step_is_that_steps_and_one_far_off_is_not(tmp_path):
+    lines = []
+    for step in range(1, 31):
+        lines += [f"Step {step}/30, loss: {1 / step:.4f}", "Input batch size: 7, Device before model: cuda:0",
+                  f"Average Reward: {0.02 * step:.4f}"]
+    log = tmp_path / "near.log"
+    log.write_text("\n".join(lines) + "\n")
+    reward = _by_metric(parse_file(log))["average reward"]
+    assert len(reward) == 30 and reward[1] == 0.02
+    # the same pair behind a page of prose lines: not read as the step's (it was read pair by
+    # pair on every such line before, seconds on a 3 MB log)
+    far = []
+    for step in range(1, 31):
+        far += [f"Step {step}/30, loss: {1 / step:.4f}"] + [f"note {i} about the batch" for i in range(6)] \
+            + [f"Average Reward: {0.02 * step:.4f}"]
+    log2 = tmp_path / "far.log"
+    log2.write_text("\n".join(far) + "\n")
+    metrics = _by_metric(parse_file(log2))
+    assert "loss" in metrics and "average reward" not in metrics

@@ -20,7 +20,7 @@ import re
 
 from moeproxy.ingest.events import NONFINITE_CRASH, bar_step, overflow_record
 from moeproxy.ingest.names import canonical_of, guess_framework
-from moeproxy.ingest.prefixes import RANK_PREFIX, TIMESTAMP, rank_of
+from moeproxy.ingest.prefixes import GLOG_PREFIX, RANK_PREFIX, rank_of, without_timestamps
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import EpochSteps, LogTable, counts_within_epochs
@@ -68,7 +68,8 @@ KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+)\s+(?:\[[=>.]*\]|━+)")
 EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*(?:/\s*(\d+))?\s*$", re.IGNORECASE)
 # a counter on a line of its own, perhaps framed (``********** Iteration 3 **********``, ``=== Step 200 ===``):
 # the ``key : value`` lines after it, one pair a line, are that step's record (Berkeley's RL homework logger)
-STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update|timesteps?)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\s*=#~_-]*$",
+# (an episode counter so framed, ``Episode:  3`` between ``=====`` rules: a notebook printing one episode a block)
+STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update|timesteps?|episode)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\s*=#~_-]*$",
                          re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
@@ -94,6 +95,10 @@ VALUE_AFTER_COLON = re.compile(r":\s*\[?(" + NUMBER + r")(?![\w.])", re.IGNORECA
 KEY_CHARS_REVERSED = re.compile(r"[\w./@\-() ]*")
 KEY_START = re.compile(r"[A-Za-z_]")
 KEY_SPACE = re.compile(r"^([A-Za-z_][\w./@\- ]*?[A-Za-z_)])\s+\[?(" + NUMBER + r")" + NUMBER_END, re.IGNORECASE)
+# ``name[value]``: TensorFlow's ``tf.Print`` (``CrossE[472.02966]``), one value in the brackets; an
+# integer there is an index (``sample[0]``, ``gen[3]``), no value
+BRACKET_VALUE = re.compile(r"^([A-Za-z_][\w./\-]*)\[\s*([-+]?(?:\d*\.\d+|\d+\.\d*|\d+(?=[eE]))(?:[eE][-+]?\d+)?|"
+                           r"[-+]?(?:nan|inf(?:inity)?))\s*\]$", re.IGNORECASE)
 # a value before its name, only for names that are known metrics (``9.12 loss``, not ``12 ms``)
 VALUE_FIRST = re.compile(r"^(" + NUMBER + r")\s+([A-Za-z_][\w/]*)(?![\w.])", re.IGNORECASE)
 # `` -- `` separates pairs too, and `` - `` before a key (``2:00:00 - loss: 8.9``, Keras' ``- loss: 2.3``)
@@ -189,6 +194,10 @@ def extract_pairs(text: str) -> dict[str, float]:
     record: dict[str, float] = {}
     text = AFTER_SEPARATOR.sub(r"\1 ", THOUSANDS.sub("", text))
     for segment in _segments(text):
+        m = BRACKET_VALUE.match(segment.strip())
+        if m:
+            record[m.group(1).lower()] = _number(m.group(2))
+            continue
         segment = DASH_BULLET.sub("", segment.strip().strip("[]{}():").strip())  # `` - Loss: nan``
         if not segment:
             continue
@@ -235,6 +244,7 @@ def bare_pair(line: str) -> dict[str, float]:
 
 
 TRAILING_SHARE = 0.8  # a counter-less metric line is a step's when it follows this share of the steps
+TRAILING_GAP = 3  # ... within this many unread lines of the step's record
 
 
 def _merge_trailing(entries: list, trailing: list, stepped: int) -> int:
@@ -267,13 +277,20 @@ def _known_pair(line: str) -> dict[str, float]:
     return {}
 
 
+GLOG_SEVERITIES = frozenset("IWEF")
+
+
 def _strip(line: str) -> str:
     line = RANK_PREFIX.sub("", line, count=1)
-    return TIMESTAMP.sub(" ", line)
+    if line[:1] in GLOG_SEVERITIES or line[:1].isspace():
+        line = GLOG_PREFIX.sub("", line, count=1)
+    return without_timestamps(line)
 
 
 def find_step(line: str) -> tuple[int, str] | None:
     """(step, the line with the counter removed) or None."""
+    if "/" not in line:  # no progress fraction to read (every pattern up to ``STEP`` needs one)
+        return _counter(STEP, line) or _step_name_value(line)
     m = MMENGINE.search(line)
     if m:  # by-epoch logs count iterations within the epoch: the step runs on across epochs
         epoch, it, per_epoch = int(m.group(1) or 1), int(m.group(2)), int(m.group(3))
@@ -307,6 +324,10 @@ def find_step(line: str) -> tuple[int, str] | None:
     m = BATCH_FRACTION.search(line)
     if m:
         return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    return _step_name_value(line)
+
+
+def _step_name_value(line: str) -> tuple[int, str] | None:
     m = STEP_NAME_VALUE.match(line)
     if m:
         name = SPLIT_LOSS.get(m.group(2).lower(), m.group(2))
@@ -319,16 +340,26 @@ def find_epoch(line: str) -> tuple[int, str] | None:
     return _counter(EPOCH, line)
 
 
+COUNTER_TOTAL = re.compile(r"/\s*(\d+)$")
+
+
 def _counter(pattern: re.Pattern, line: str) -> tuple[int, str] | None:
     """The first counter is the step; a second one (litgpt's ``iter 1152 step 144``: micro-iteration
-    and optimizer step) is removed too, so it neither becomes a metric nor hides the next pair."""
+    and optimizer step) is removed too, so it neither becomes a metric nor hides the next pair. Two
+    counters that both name their totals are nested loops, the outer first (``Iteration 1/1, Step
+    5/500``): the step runs on through the outer loop, (outer - 1) x inner total + inner, as the
+    epoch and batch of ``EPOCH_BATCHES`` do."""
     m = pattern.search(line)
     if m:
+        step = int(m.group(1))
         rest = line[m.end():]
         second = pattern.search(rest)
         if second:
             rest = rest[: second.start()] + " , " + rest[second.end():]
-        return int(m.group(1)), line[: m.start()] + " , " + rest
+            outer, inner = COUNTER_TOTAL.search(m.group(0)), COUNTER_TOTAL.search(second.group(0))
+            if outer and inner and 1 <= step <= int(outer.group(1)) and int(second.group(1)) <= int(inner.group(1)):
+                step = (step - 1) * int(inner.group(1)) + int(second.group(1))
+        return step, line[: m.start()] + " , " + rest
     return None
 
 
@@ -343,6 +374,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
     skipped = 0
     entries: list[tuple[int, int | None, int, dict]] = []
     trailing: list[tuple[int, dict]] = []  # (index of the stepped entry before, its one known pair)
+    unread_since_record = 0  # lines read as nothing since the last stepped record or its trailing pair
     counts = [0, 0, 0]
     header_epoch = header_step = None
     for _, raw in src.lines():
@@ -368,7 +400,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
         if scale and entries and entries[-1][0] == EVENT:  # apex prints the new scale on the next line
             entries[-1][3]["deepspeed/reduced_loss_scale"] = float(scale.group(1))
             continue
-        held_out = MMENGINE.search(line)
+        held_out = MMENGINE.search(line) if "/" in line else None
         if held_out and "(train)" not in held_out.group(0):
             # mmengine's validation / test lines count their own batches: they belong to the last
             # training step, their metrics (an mAP, beside timings) named as held-out ones
@@ -388,6 +420,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
             per_epoch = int(bar.group(2))
             entries.append((STEPPED, max(header_epoch - 1, 0) * per_epoch + int(bar.group(1)), rank_of(raw), record))
             counts[STEPPED] += 1
+            unread_since_record = 0
             continue
         hit = find_step(line)
         if hit is not None:
@@ -399,10 +432,12 @@ def parse_text(src: SourceFile) -> ParsedLog:
             if record:
                 entries.append((STEPPED, hit[0], rank_of(raw), record))
                 counts[STEPPED] += 1
+                unread_since_record = 0
                 continue
         elif header_step is not None and (record := pairs_of_split(line) or bare_pair(line)):
             entries.append((STEPPED, header_step, rank_of(raw), record))
             counts[STEPPED] += 1
+            unread_since_record = 0
             continue
         elif not counts[STEPPED] and (epoch := find_epoch(line)):
             record = pairs_of_split(epoch[1])
@@ -421,14 +456,18 @@ def parse_text(src: SourceFile) -> ParsedLog:
             # them (tracebacks, environment dumps) is then not read pair by pair
             entries.append((PENDING, None, rank_of(raw), line))
             continue
-        elif entries and entries[-1][0] == STEPPED and (pair := _known_pair(line)):
-            # one metric the vocabulary knows on the line right after a step's record, with no
-            # counter of its own (DeepSpeed-Chat's ``average reward score: 0.19`` after
-            # ``epoch: 0|step: 2|act_loss: ...``): that step's, when it follows (nearly) every step
+        elif (unread_since_record <= TRAILING_GAP and entries and entries[-1][0] == STEPPED
+              and (pair := _known_pair(line))):
+            # one metric the vocabulary knows on a line just after a step's record (at most
+            # ``TRAILING_GAP`` unread lines between), with no counter of its own (DeepSpeed-Chat's
+            # ``average reward score: 0.19`` after ``epoch: 0|step: 2|act_loss: ...``): that step's,
+            # when it follows (nearly) every step. A line further on is not looked at (a log of
+            # thousands of other lines between its step records was read pair by pair for nothing)
             trailing.append((len(entries) - 1, pair))
             continue
         if raw.strip():
             skipped += 1
+            unread_since_record += 1
     skipped += _merge_trailing(entries, trailing, counts[STEPPED])
     pending = sum(1 for entry in entries if entry[0] == PENDING)
     if pending and (counts[STEPPED] or counts[BY_EPOCH]):
