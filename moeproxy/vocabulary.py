@@ -29,7 +29,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "train_loss", "train loss", "loss/policy_avg", "actor/loss",
         "LossPi",  # OpenAI Spinning Up's policy loss (its critics' LossQ/LossV are value losses)
         "cost",  # Marian NMT's training line: "Ep. 1 : Up. 500 : ... : Cost 81.86"
-        "cross_entropy", "cross entropy", "crossentropy", "xent",  # a classifier's or LM's loss named for what it is
+        "xent",  # OpenNMT-py's training line (``acc:  51.25; ppl:  8.43; xent: 2.13``)
+        "loss_train",  # the loss with its split after it (``loss_train: 2.809 ~ 4.052 BPC``)
+        "loss_g",  # a GAN's generator loss (PyTorch's DCGAN example: ``Loss_D: 0.0000 Loss_G: 56.74``), as ``g_loss`` is
     ),
     "grad_norm": (
         "grad_norm", "grad norm", "grad-norm", "actor/grad_norm", "actor_grad_norm", "train/grad_norm",

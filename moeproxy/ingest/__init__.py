@@ -132,7 +132,11 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     # are never a trainer's own records: the lines between them are (``steps: 18 loss: nan``)
     engine_only = (not thin and parsed.format == "megatron" and parsed.framework == "deepspeed"
                    and parsed.skipped_lines > 0)
-    if (thin or sparse or engine_only) and fmt == "auto":
+    # a winner that read no metric the vocabulary knows among lines it skipped (a run's printed
+    # config dicts, repeated at each restart, before its ``Epochs: 3 | loss_train: 1.1`` lines):
+    # every reader that reads a known metric is tried, and the one that reads most of them takes over
+    unknown = not (thin or sparse or engine_only) and parsed.skipped_lines > 0 and _known_values(parsed) == 0
+    if (thin or sparse or engine_only or unknown) and fmt == "auto":
         from moeproxy.ingest.detect import past_preamble, runners_up
         from moeproxy.ingest.registry import FORMATS
 
@@ -144,11 +148,16 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
             # and the last resort, whose sniffer looks at the head only (records that start after a
             # preamble longer than a quarter of it: a Marian log's 220 lines of options)
             last = FORMATS.get(LAST_RESORT)
-            if last is not None and last is not log_format and last not in others:
+            if last is not None and last is not log_format and last not in others and not unknown:
                 others.append(last)
+            # (after a winner that read values, of names the vocabulary does not know, the last
+            # resort does not take over: its names are the word before each number, and two of
+            # them, ``Validation loss: 0.12  Best loss: 0.11``, would both be a known ``loss``)
+            if unknown:
+                others = [f for f in others if f.name != LAST_RESORT]
         # ten times what the winner read; after a failed winner, a hundred values or more (a small
         # file that is broken where it claims a format keeps the error that says where)
-        measure = _known_values if sparse or engine_only else (lambda p: len(p.rows))
+        measure = _known_values if sparse or engine_only or unknown else (lambda p: len(p.rows))
         need = THIN_ROWS if parsed is None else (10 if sparse or thin else 1) * measure(parsed) + 1
         # the winner read something: lose none of it
         kept = _evidence(parsed) if sparse or engine_only else None
@@ -159,7 +168,7 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
             if measure(attempt) >= need and (kept is None or kept <= _evidence(attempt)):
-                if not thin:
+                if not (thin or unknown):
                     parsed, log_format = attempt, other
                     break
                 passing.append((attempt, other))

@@ -217,6 +217,21 @@ def test_a_printed_jump_the_validation_loss_does_not_show_unless_one_part_of_the
     assert res["verdict"] == "divergence" and res["onset_step"] == 30, res["findings"]
 
 
+def test_a_validation_loss_that_had_come_down_and_rises_with_the_jump_confirms_it():
+    # a classifier's loss falls 0.69 -> 0.31, then jumps back to ~0.7 and stays; its evaluation loss
+    # was high while the model was untrained (0.72-0.80), came down to 0.47 and rises with the jump:
+    # measured against its untrained records (their median) it "did not rise", against the level it
+    # had come down to it did - a divergence, no printing artefact
+    rng = np.random.default_rng(5)
+    n = 50
+    loss = np.concatenate([np.linspace(0.67, 0.31, 30), np.full(n - 30, 0.70)]) + rng.normal(0, 0.02, n)
+    steps = 10 * np.arange(1, n + 1)
+    val = {60: 0.738, 120: 0.722, 180: 0.803, 240: 0.466, 300: 0.45, 360: 0.744, 420: 0.789, 480: 0.714}
+    res = diagnose_series({"loss": dict(zip(steps, loss)), "eval_loss": val})
+    assert res["verdict"] == "divergence" and 300 <= res["onset_step"] <= 320, res["findings"]
+    assert not any(f["rule"] == "contradicted_by_validation" for f in res["findings"])
+
+
 def test_groups_alike_from_the_first_record_never_learn_whatever_they_score():
     # every group's answers score alike (std 0) from the first records on, at a positive level the
     # reward never rises above: no update ever had anything to learn from (LABELS.md), which a run

@@ -34,15 +34,15 @@ def test_an_episode_block_between_rules_is_that_episodes_record(tmp_path):
 def test_tf_print_lines_behind_the_glog_prefix_are_read(tmp_path):
     values = [2.30, 2.28, 2.31, 2.27, 2.29, 2.30, 4.1, 6.8, 9.5, 12.2]
     log = tmp_path / "tf1.log"
-    log.write_text("".join(f"I tensorflow/core/kernels/logging_ops.cc:79] cross_entropy[{v}]\n" for v in values)
-                   + "I0604 12:34:56.789012  1234 logging_ops.cc:79] cross_entropy[nan]\n")
+    log.write_text("".join(f"I tensorflow/core/kernels/logging_ops.cc:79] Loss[{v}]\n" for v in values)
+                   + "I0604 12:34:56.789012  1234 logging_ops.cc:79] Loss[nan]\n")
     parsed = parse_file(log)
-    xent = _series(parsed, "cross_entropy")
+    xent = _series(parsed, "loss")
     assert [xent[i] for i in range(10)] == values and xent[10] != xent[10]  # the NaN, last
-    # and it is the run's loss, read as one: a cross-entropy that climbs five-fold and turns NaN
+    # and it is the run's loss, read as one: a loss that climbs five-fold and turns NaN
     result = diagnose_frame(parsed.frame)
     critical = [f for f in result["findings"] if f["severity"] == "critical"]
-    assert result["verdict"] in ("divergence", "overflow") and critical[0]["metric"] == "cross_entropy"
+    assert result["verdict"] in ("divergence", "overflow") and critical[0]["metric"] == "loss"
 
 
 def test_a_bracketed_list_is_no_value(tmp_path):

@@ -259,7 +259,8 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
     def times(d, j: int) -> str:
         """"31x the median 1.3 over steps 2-11": record j against the departure's baseline."""
         recs = used.iloc[d.base_first:d.base_last + 1]
-        return f"{ev.ratio(float(raw.iloc[j]), ev.median_value(recs))} the {ev.median_of(recs, raw)}"
+        # (by its step, as ``against`` prints it: ``raw`` keeps the records ``y`` leaves out)
+        return f"{ev.ratio(float(raw.loc[steps[j]]), ev.median_value(recs))} the {ev.median_of(recs, raw)}"
 
     def against(d, j: int) -> str:
         """"40 at step 12 (31x the median 1.3 over steps 2-11)"."""
@@ -557,7 +558,10 @@ def _contradicted_by_validation(run: RunSeries, f: Finding, cfg: DiagnoseConfig)
         after, before = s[s.index >= f.onset_step], s[s.index < f.onset_step]
         if len(after) < 3:
             continue
-        ref = float(before.median()) if len(before) else float(after.iloc[0])
+        # the level it had come down to just before the jump (the lowest of the last three records
+        # before it), not its median over the whole run before: a validation loss that had come down
+        # with training and rises with the jump confirms it, whatever its untrained first records were
+        ref = float(before.iloc[-3:].min()) if len(before) else float(after.iloc[0])
         if float(after.max()) <= cfg.validation_rise * ref:
             lo = int(after.index[int(np.argmin(after.to_numpy()))])
             hi = int(after.index[int(np.argmax(after.to_numpy()))])

@@ -61,7 +61,9 @@ def _step_column(columns: list[str], df=None) -> tuple[str | None, list[int | No
     for column in present if len(present) > 1 else []:
         parsed[column] = _steps(df[column])
         counted = [s for s in parsed[column] if s is not None]
-        if all(b >= a for a, b in zip(counted, counted[1:])):
+        # (one value on every row, ``time/iterations`` at 1 when each ``learn()`` call runs one
+        # iteration, counts nothing: it never goes back, and never goes on either)
+        if all(b >= a for a, b in zip(counted, counted[1:])) and (len(set(counted)) > 1 or len(counted) <= 1):
             return column, parsed[column]
     first = parsed.get(present[0]) or _steps(df[present[0]])
     counted = [s for s in first if s is not None]

@@ -43,6 +43,9 @@ MMENGINE = re.compile(r"\b(?:Epoch|Iter)\((?:train|val|test)\)\s*(?:\[\s*(\d+)\s
 # a progress fraction in brackets, ``(7000/293491)`` or ``[240/3000]``, is the step where no named
 # counter is (``Epoch:[0/2](7000/293491) loss:4.29``); an epoch's own fraction is not
 PROGRESS = re.compile(r"(?<![\w/.])[(\[]\s*(\d+)\s*/\s*(\d+)\s*[)\]]")
+# two of them side by side, ``[3/20][10/32]``: the epoch and the batch within it (PyTorch's DCGAN
+# example, epochs from 0): the step runs on across the epochs
+NESTED_PROGRESS = re.compile(r"(?<![\w/.])\[\s*(\d+)\s*/\s*\d+\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 EPOCH_BEFORE = re.compile(r"epoch\s*[:=#]?\s*$", re.IGNORECASE)
 # an epoch counter with the batch fraction inside it (1-based epochs, as mmengine counts them)
 EPOCH_BATCHES = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*(\d+)\s*[|,]?\s*(\d+)\s*/\s*(\d+)\s*(?:batch|iter|step)",
@@ -72,7 +75,7 @@ EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*(?:/\s*(\d+))?\s*$", re.IGNORECA
 STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update|timesteps?|episode)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\s*=#~_-]*$",
                          re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
-EPOCH = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
+EPOCH = re.compile(r"(?<![\w/])epochs?\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
 # a number is taken whole or not at all: ``3e`` (of ``3e-4``) or ``1.2.3`` is no number, never ``3``
 # or ``1.2`` (units may follow: ``45.6ms``, ``12.3%``)
@@ -105,7 +108,9 @@ VALUE_FIRST = re.compile(r"^(" + NUMBER + r")\s+([A-Za-z_][\w/]*)(?![\w.])", re.
 SEGMENT_SPLIT = re.compile(r"\s*[,|;]\s*|\s*(?<!\S)-{2,}\s+|(?<=\S)\s+-\s+(?=[A-Za-z_])|\s{2,}|\t")
 # a split tag before a record's pairs (``Step 14100 stats, val: loss = 3.32``): the record's
 # metrics are that split's, not the training ones printed at the same step
-SPLIT_TAG = re.compile(r"(?<![\w/])(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s*:\s*(?=[A-Za-z_])",
+# (its progress fraction, ``Test: [10/185]  Loss 0.3359``, already taken out as the step: a separator
+# may stand between the tag and the pairs)
+SPLIT_TAG = re.compile(r"(?<![\w/])(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s*:[\s,]*(?=[A-Za-z_])",
                        re.IGNORECASE)
 
 
@@ -315,6 +320,9 @@ def find_step(line: str) -> tuple[int, str] | None:
     hit = _counter(STEP, line)
     if hit is not None:
         return hit
+    m = NESTED_PROGRESS.search(line)
+    if m:
+        return int(m.group(1)) * int(m.group(3)) + int(m.group(2)), line[: m.start()] + " , " + line[m.end():]
     for m in PROGRESS.finditer(line):
         if not EPOCH_BEFORE.search(line[: m.start()]):
             return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
