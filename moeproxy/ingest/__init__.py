@@ -148,7 +148,7 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
             # and the last resort, whose sniffer looks at the head only (records that start after a
             # preamble longer than a quarter of it: a Marian log's 220 lines of options)
             last = FORMATS.get(LAST_RESORT)
-            if last is not None and last is not log_format and last not in others and not unknown:
+            if last is not None and last is not log_format and last not in others:
                 others.append(last)
             # (after a winner that read values, of names the vocabulary does not know, the last
             # resort does not take over: its names are the word before each number, and two of

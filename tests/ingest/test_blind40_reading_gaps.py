@@ -60,3 +60,14 @@ def test_test_batch_lines_are_not_the_training_loss(tmp_path):
     assert set(_series(parsed, "eval/loss").values()) == {0.3491}  # a held-out split, as every reader names one
     result = diagnose_frame(parsed.frame)
     assert result["verdict"] == "vanishing_gradient" and result["onset_step"] == 0, result["findings"]
+
+
+def test_names_the_vocabulary_does_not_know_are_not_renamed_by_the_last_resort(tmp_path):
+    # a winner that read only unknown names may yield to a reader of known ones, but not to the
+    # template reader, which names each number by the word before it: ``Validation loss`` and
+    # ``Best loss`` would both become one ``loss``
+    log = tmp_path / "early_stopping.txt"
+    log.write_text("".join(f"{e}\tValidation loss: {0.1 + 0.01 * e:.6f}\tBest loss: 0.100000\tAccuracy: {97 - e / 10:.2f}%\n"
+                           for e in range(12)) + "Early stopping!\n")
+    names = set(parse_file(log).frame.metric.unique())
+    assert {"validation loss", "best loss"} <= names and "loss" not in names

@@ -274,8 +274,16 @@ def _merge_trailing(entries: list, trailing: list, stepped: int) -> int:
 DS_ENGINE_STEP = re.compile(r"\bstep=\d+,\s*skipped=\d+")
 
 
+SEPARATED_NUMBER = re.compile(r"[:=]\s*\[?[-+]?(?:\d|\.\d|nan|inf)", re.IGNORECASE)
+
+
 def _known_pair(line: str) -> dict[str, float]:
-    """``{name: value}`` of a line that is one ``name: value`` pair whose name the vocabulary knows."""
+    """``{name: value}`` of a line that is one ``name: value`` pair whose name the vocabulary knows.
+    A line with two or more numbers after a ``:`` or ``=`` holds several pairs: not split into them
+    (most lines after a step's record are other records)."""
+    seps = SEPARATED_NUMBER.finditer(line)
+    if next(seps, None) is not None and next(seps, None) is not None:
+        return {}
     record = extract_pairs(line)
     if len(record) == 1 and canonical_of(next(iter(record))) is not None:
         return record
