@@ -21,9 +21,9 @@ GLOG_PREFIX = re.compile(r"^\s*[IWEF](?:\d{4}\s+[\d:.]+\s+\d+)?\s+[\w./\-]+\.\w+
 CLOCK = re.compile(r"\d:\d\d:\d")
 
 
-def without_timestamps(line: str, repl: str = " ") -> str:
-    """``line`` with each timestamp replaced by ``repl``."""
-    return TIMESTAMP.sub(repl, line) if CLOCK.search(line) else line
+def without_timestamps(line: str) -> str:
+    """``line`` with each timestamp replaced by a space."""
+    return TIMESTAMP.sub(" ", line) if CLOCK.search(line) else line
 
 
 def rank_of(line: str) -> int:
