@@ -156,7 +156,7 @@ def main(argv=None) -> int:
                 readings[f"{case.set}/{case.file}"] = {"verdict": verdict, "onset": onset, "label": case.label,
                                                          "verdict_ok": verdict in case.labels, "onset_ok": ok,
                                                          "epoch": epoch, "counters": counters,
-                                                         "read": digests[f"{case.set}/{case.file}"]}
+                                                         "read": digests.get(f"{case.set}/{case.file}")}
             if ok is not None:
                 t[2] += 1
                 t[3] += bool(ok)

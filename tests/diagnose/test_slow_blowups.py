@@ -72,6 +72,29 @@ def test_a_critic_blowing_up_beside_a_return_that_never_improved_is_divergence()
     assert not any(f["rule"] == "value_loss_blowup" for f in diagnose_series(_critic(small, reward))["findings"])
 
 
+def test_a_critic_whose_error_dwarfs_every_return_blew_up_whatever_the_return_did():
+    # ML-Agents PPO: the value loss sits at ~0.03 while the return climbs 0.5 -> 4, then jumps to
+    # 1e7-1e12 and stays; the return is still rising (and its last episodes end at the blow-up,
+    # so one record follows it). A critic error (root of its loss) of 1e5 beside returns of 4
+    # followed no return: it blew up
+    rng = np.random.default_rng(31)
+    steps = np.arange(2, 202) * 1000
+    calm = np.abs(rng.normal(0.03, 0.005, 90))
+    value_loss = np.concatenate([calm, 10.0 ** rng.uniform(7, 12, 110)])
+    reward = np.linspace(0.5, 4.0, 91) + rng.normal(0, 0.3, 91)      # logged up to the blow-up
+    series = {"Losses/Value Loss": pd.Series(value_loss, index=steps),
+              "reward_mean": pd.Series(reward, index=steps[:91])}
+    res = diagnose_series(series)
+    assert res["verdict"] == "divergence", res["findings"]
+    assert res["findings"][0]["rule"] == "value_loss_blowup"
+    assert 90_000 <= res["onset_step"] <= 94_000, res["findings"][0]
+    # the same jump to a loss whose root stays within the returns' scale (x100 of 0.03, an error of
+    # 1.7 beside returns of 4) is no blow-up while the return rises
+    mild = np.concatenate([calm, np.full(110, 3.0)])
+    mild_res = diagnose_series({**series, "Losses/Value Loss": pd.Series(mild, index=steps)})
+    assert not any(f["rule"] == "value_loss_blowup" for f in mild_res["findings"]), mild_res["findings"]
+
+
 def test_a_critic_climbing_through_its_first_tenth_is_measured_from_its_first_records():
     # Stable-Baselines3 DDPG: the critic's loss climbs x1e5 over the first fifth (already x1e4 by the
     # end of the first tenth, so a tenth's median hides it) while the return never gets better

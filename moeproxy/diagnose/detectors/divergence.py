@@ -703,7 +703,11 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         k = cfg.value_loss_reward_records
         earlier = r[r.index < first]
         before, after = earlier.tail(k), r[r.index >= first].head(k)
-        if len(before) < 2 or len(after) < 2:
+        # (or the error is beyond any return the run has seen: x100 the largest, in the return's
+        # units: a return that grew from 0 has no ratio to compare with; whatever the return did,
+        # and whether or not episodes still ended to log one after it)
+        beyond = float(np.sqrt(vals.max())) > cfg.value_error_beyond * float(np.abs(r.to_numpy()).max())
+        if len(before) < 2 or (len(after) < 2 and not beyond):
             return None
         margin = climb_margin(float(r.max()), diff_noise(r.to_numpy()))
         best = _reward_best(earlier)
@@ -727,7 +731,7 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
             # following a return that grew
             fell = (f", still climbing at the run's end (its last quarter's median x{fmt(_quarter_growth(s[s.index >= first]))} "
                     f"the quarter's before) while {reward[0]} stood still ({ev.median_of(after)} after it)")
-        else:
+        elif not beyond:
             return None
         # the critic's error (the root of its squared loss) must have grown far beyond the scale the
         # return reached while it improved: an error x12 beside returns x11 is a critic following a
@@ -736,9 +740,6 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         r_early = max(abs(r_first), diff_noise(r.to_numpy()), 1e-12)
         error_growth = float(np.sqrt(vals.max() / early))
         return_growth = abs(best[1]) / r_early if best is not None and best[1] > r_first else 1.0
-        # (or the error is beyond any return the run has seen: x100 the largest, in the return's
-        # units: a return that grew from 0 has no ratio to compare with)
-        beyond = float(np.sqrt(vals.max())) > cfg.value_error_beyond * float(np.abs(r.to_numpy()).max())
         if error_growth <= np.sqrt(cfg.grad_blowup_factor) * max(return_growth, 1.0) and not beyond:
             return None
         if beyond:
