@@ -32,7 +32,7 @@ thresholds(
     empty_update_share=(0.8, "RL updates with a loss exactly 0 on this share of records: nothing is learned"),
     same_value=(1e-6, "relative agreement at which two printed losses are the same number"),
     min_digits=(4, "significant digits a repeated loss must show to mean a frozen loss"),
-    never_learned_records=(20, "records from the run's start over which a loss that never moves never learned"),
+    never_learned_records=(8, "records from the run's start over which a loss that never moves never learned"),
     never_learned_band=(0.02, "... its 5-95 % range within this share of its level"),
     never_learned_trend=(0.01, "... or, noisier, its first and last quarters' medians this close"),
     learning_decline=(5.0, "a loss whose first-to-last-quarter decline is this many noise widths is learning, "
@@ -332,9 +332,28 @@ def _reward_at_floor(reward: tuple[str, pd.Series], cfg: DiagnoseConfig) -> Find
 
 
 def _from_run_start(run: RunSeries, s: pd.Series) -> bool:
-    """The series is logged from the run's start (its first record within two of the log's gaps)."""
+    """The series is logged from the run's start: its first record within two of the log's gaps, and
+    the run's epoch counter, where it logs one, no further on there than two of its own increments (a
+    log that opens at epoch 0.66 with step 1 is a run's end, its steps counted from the log's start)."""
     gap = max(run.step_gap, float(np.median(np.diff(s.index.to_numpy()))))
-    return bool(s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap)
+    if not (s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap):
+        return False
+    if "epoch" in run.names:
+        e = run.get("epoch").to_numpy(dtype=float)
+        e = e[np.isfinite(e)]
+        rises = np.diff(e)
+        rises = rises[rises > 0]
+        if rises.size >= 2 and e[0] > 2 * float(np.median(rises)):
+            return False
+    return True
+
+
+def _falling_steadily(v: np.ndarray, cfg: DiagnoseConfig) -> bool:
+    """A loss whose last quarter's median lies ``learning_decline`` noise widths below its first's,
+    and by more than ``learning_min_share`` of its level: it is learning, however slowly."""
+    trend = _band_and_trend(v)[2]
+    return bool(trend < 0 and -trend > cfg.learning_decline * diff_noise(v)
+                and -trend > cfg.learning_min_share * float(np.median(v)))
 
 
 def _band_and_trend(v: np.ndarray) -> tuple[float, float, float]:
@@ -525,6 +544,8 @@ def _at_chance(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -> 
     chance = float(np.log(k))
     if np.abs(quarters - chance).max() > cfg.chance_band * chance:
         return None
+    if _falling_steadily(v, cfg):
+        return None  # below the prior by a little and still going down: learning, slowly
     first = int(s.index[0])
     return Finding(VANISHING_GRADIENT, first, CRITICAL, name, "loss_at_chance",
                    f"{name} stayed at ln({k}) = {chance:.4f}, a {k}-way classifier's chance level, over all "
@@ -545,7 +566,7 @@ def _never_moved(run: RunSeries, name: str, s: pd.Series, cfg: DiagnoseConfig) -
         return None
     low, high, trend = _band_and_trend(v)  # (trend: a noisy loss that is level from start to end)
     level = float(np.median(v))
-    if trend < 0 and -trend > cfg.learning_decline * diff_noise(v) and -trend > cfg.learning_min_share * level:
+    if _falling_steadily(v, cfg):
         return None  # a loss falling steadily, slowly (a live run's first records): it is learning
     if high - low > cfg.never_learned_band * level and not (
             abs(trend) <= cfg.never_learned_trend * level and high - low <= cfg.never_learned_noisy_band * level):
