@@ -188,3 +188,10 @@ def split_prefix(kind: str) -> str | None:
     if kind in EVAL_KINDS:
         return "val/" if kind in VAL_KINDS else "eval/"
     return None
+
+
+def is_validation_loss(name: str) -> bool:
+    """A held-out loss by its name: ``val_loss``, ``eval/loss``, ``Validation loss``, ``test loss``
+    (its first word a split tag, its last ``loss``)."""
+    low = name.lower()
+    return low.endswith("loss") and low.split("/")[0].split("_")[0].split(" ")[0] in EVAL_KINDS - {"evaluation", "heldout"}

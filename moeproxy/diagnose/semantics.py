@@ -36,7 +36,7 @@ import pandas as pd
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
-from moeproxy.vocabulary import ALIASES, LAYER_PREFIX
+from moeproxy.vocabulary import ALIASES, LAYER_PREFIX, is_validation_loss  # noqa: F401 - read from here by the detectors
 
 thresholds(
     startup_min_scale=(1024.0, "fp16 scalers start their search at 2^16 or more; halvings from below are overflows"),
@@ -240,12 +240,6 @@ def lr_warmup_end_step(run: RunSeries, cfg: DiagnoseConfig) -> int | None:
     if np.any(np.diff(vals[:peak + 1]) < 0):
         return None
     return int(lr.index[peak])
-
-
-def is_validation_loss(name: str) -> bool:
-    low = name.lower()
-    return low.endswith("loss") and low.split("/")[0].split("_")[0].split(" ")[0] in ("eval", "val", "valid",
-                                                                                     "validation", "test")
 
 
 def loss_printed_zero_throughout(run: RunSeries) -> bool:

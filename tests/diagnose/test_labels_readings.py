@@ -99,6 +99,23 @@ def test_a_grpo_reward_pinned_at_its_floor_in_every_quarter_never_learns():
     assert ("reward_at_floor", "critical") in _rules(diagnose_series({"loss": loss, "reward_mean": np.full(n, -0.10)}))
 
 
+def test_groups_alike_from_the_start_with_a_reward_of_few_values_never_learn():
+    # two samples a group, one-word answers: both samples alike on 174 of 179 steps; the reward takes
+    # a few discrete values (its quarters' medians jump from 1.77 to 2.36 with no trend in its means)
+    rng = np.random.default_rng(6)                   # quarters' medians 1.771 and 2.357
+    n = 179
+    levels = np.array([0.886, 1.471, 1.771, 2.357, 2.943])
+    reward = rng.choice(levels, n, p=[0.05, 0.1, 0.4, 0.4, 0.05])
+    std = np.zeros(n)
+    std[[1, 2, 5, 8, 31]] = 2.08
+    res = diagnose_series({"reward_mean": reward, "reward_std": std, "loss": np.where(std > 0, 2e-4, 0.0)})
+    assert ("groups_all_equal", "critical") in _rules(res), res["findings"]
+    # the same groups with a reward that rose over the run learned to score alike
+    rising = reward + np.linspace(0, 2.0, n)
+    res = diagnose_series({"reward_mean": rising, "reward_std": std, "loss": np.where(std > 0, 2e-4, 0.0)})
+    assert ("groups_all_equal", "critical") not in _rules(res)
+
+
 def test_groups_all_equal_on_nearly_every_step_never_learn_even_beside_a_later_grad_excursion():
     rng = np.random.default_rng(9)
     n = 72

@@ -69,6 +69,27 @@ def test_a_metric_line_now_and_then_is_not_a_step_of_its_own(tmp_path):
     assert "entropy" not in set(parse_file(log).frame.metric.unique())
 
 
+def test_a_validation_loss_line_after_every_kth_step_is_that_steps(tmp_path):
+    # a validation pass every 10th logged step prints its loss on a line of its own just after the
+    # step's record (then checkpoint lines): that step's validation loss, not a skipped line; the
+    # same line once in a log is no line of the run's own
+    lines = []
+    for step in range(50, 5050, 50):
+        lines.append(f"2026-02-13 14:54:54,206 - trainer - INFO - Step {step} | Loss: {step / 1e6:.4f} | LR: 1.00e-04")
+        if step % 500 == 0:
+            lines.append(f"2026-02-13 14:55:51,064 - trainer - INFO - Validation loss: {0.03 - step / 1e6:.4f}")
+            lines.append(f"2026-02-13 14:55:52,229 - trainer - INFO - Saved checkpoint to ckpt_step_{step}.pt")
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    frame = parse_file(log).frame
+    val = frame[frame.metric == "validation loss"]
+    assert sorted(val.step.tolist()) == list(range(500, 5500, 500)), sorted(frame.metric.unique())
+    once = [line for line in lines if "Validation" not in line]
+    once.insert(40, "2026-02-13 14:55:51,064 - trainer - INFO - Validation loss: 0.0200")
+    log.write_text("\n".join(once) + "\n")
+    assert "validation loss" not in set(parse_file(log).frame.metric.unique())
+
+
 def test_a_printed_config_before_verl_step_lines_does_not_hide_them(tmp_path):
     lines = ["(TaskRunner pid=1) {'actor_rollout_ref': {'actor': {'ppo_epochs': 1,"]
     lines += [f"(TaskRunner pid=1)    'key_{i}': {{'a_{i}': {i}, 'b_{i}': {i + 0.5}, 'c_{i}': {i * 2}}}," for i in range(60)]

@@ -594,8 +594,8 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 why = _contradicted_by_validation(run, f, cfg) if f.severity == CRITICAL else None
                 if why is not None:
                     found[i] = Finding(DIVERGENCE, f.onset_step, WARNING, f.metric, "contradicted_by_validation",
-                                       f"{f.evidence}; but {why}: the printed jump is an artefact of how the "
-                                       f"loss is printed, not a divergence")
+                                       f"{f.evidence}; but {why}: the model did not get worse; the rise is in how "
+                                       f"the training loss is printed or what it measures, not a divergence")
         out += found
     policy = run.resolve("loss") if rl else None
     if policy is not None:

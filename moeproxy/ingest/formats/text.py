@@ -25,7 +25,7 @@ from moeproxy.ingest.registry import LogFormat, ParsedLog, register
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import EpochSteps, LogTable, counts_within_epochs
 from moeproxy.ingest.values import NONFINITE_WORDS
-from moeproxy.vocabulary import split_prefix
+from moeproxy.vocabulary import is_validation_loss, split_prefix
 
 STEP = re.compile(
     r"(?<![\w/])(?:global[_ ]step|train[_/]step|num_updates|steps(?=\s*[:=])|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
@@ -250,6 +250,7 @@ def bare_pair(line: str) -> dict[str, float]:
 
 TRAILING_SHARE = 0.8  # a counter-less metric line is a step's when it follows this share of the steps
 TRAILING_GAP = 3  # ... within this many unread lines of the step's record
+TRAILING_MIN_EVALS = 3  # ... or a validation loss's line, after this many steps or more (one pass every k steps)
 
 
 def _merge_trailing(entries: list, trailing: list, stepped: int) -> int:
@@ -261,7 +262,10 @@ def _merge_trailing(entries: list, trailing: list, stepped: int) -> int:
     for _, pair in trailing:
         name = next(iter(pair))
         per_name[name] = per_name.get(name, 0) + 1
-    regular = {name for name, n in per_name.items() if n >= TRAILING_SHARE * stepped}
+    # (a validation loss follows every k-th step, a validation pass every k steps: it is the run's
+    # own line whenever it comes at least ``TRAILING_MIN_EVALS`` times)
+    regular = {name for name, n in per_name.items()
+               if n >= TRAILING_SHARE * stepped or (is_validation_loss(name) and n >= TRAILING_MIN_EVALS)}
     left = 0
     for at, pair in trailing:
         if next(iter(pair)) in regular:
@@ -285,7 +289,7 @@ def _known_pair(line: str) -> dict[str, float]:
     if next(seps, None) is not None and next(seps, None) is not None:
         return {}
     record = extract_pairs(line)
-    if len(record) == 1 and canonical_of(next(iter(record))) is not None:
+    if len(record) == 1 and (canonical_of(name := next(iter(record))) is not None or is_validation_loss(name)):
         return record
     return {}
 
