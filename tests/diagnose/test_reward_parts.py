@@ -70,3 +70,19 @@ def test_a_real_grpo_log_whose_format_reward_went_to_zero():
     result = diagnose_frame(parsed.frame)
     assert result["verdict"] == "reward_collapse"
     assert "reward_part_to_zero" in _rules(result)
+
+
+def test_dpo_implicit_rewards_are_no_reward_parts():
+    # DPO (TRL): rewards/chosen is beta times the policy's log-ratio on the chosen answer; it falls
+    # below 0 in healthy runs while the margin grows and the loss falls
+    assert not any(is_reward_part(n) for n in ("rewards/chosen", "rewards/rejected", "rewards/margins",
+                                                "rewards/accuracies", "eval_rewards/chosen"))
+    assert is_reward_part("rewards/format_reward/mean") and is_reward_part("reward/format")
+    n = 90
+    rng = np.random.default_rng(3)
+    steps = np.arange(1, n + 1)
+    chosen = 0.012 - 0.003 * steps + rng.normal(0, 0.01, n)       # 0.01 -> -0.26
+    margins = 2.8 * (1 - np.exp(-steps / 20)) + rng.normal(0, 0.05, n)
+    res = diagnose_series({"loss": 0.69 * np.exp(-steps / 33), "rewards/chosen": chosen,
+                           "rewards/rejected": chosen - margins, "rewards/margins": margins})
+    assert res["verdict"] == "healthy", _rules(res)

@@ -46,8 +46,11 @@ RULES = declare(REWARD_COLLAPSE, {
 _WHOLE = {name.lower() for canonical in ("reward_mean", "reward_std", "zero_std_share") for name in ALIASES[canonical]}
 # an intrinsic (exploration) reward - RND's, ICM's curiosity bonus - is no part of the task's reward:
 # it is meant to decay as the agent has seen its states
+# and DPO's implicit rewards (TRL's ``rewards/chosen``, ``rewards/rejected``, ``rewards/margins``,
+# ``rewards/accuracies``: beta times the policy's log-ratio to its reference, on a preference pair):
+# no score the task pays; the chosen one falls below 0 in healthy runs as both log-ratios fall
 _NOT_A_PART = re.compile(r"(^|[/_ .-])(std|min|max|var|penalty|kl|int|intrinsic|curiosity|exploration)([/_ .-]|$)"
-                         r"|^(eval|val|test|validation)[/_]")
+                         r"|^(eval|val|test|validation)[/_]|(^|/)rewards?/(chosen|rejected|margins?|accurac(y|ies))$")
 
 
 def is_reward_part(name: str) -> bool:
