@@ -31,3 +31,14 @@ def test_a_blowup_that_grew_out_of_such_a_fluctuation_is_dated_where_it_became_v
     entropy = np.r_[[0.0009, 0.0008, 0.001], 0.0025 + 0.001 * rng.random(15), np.linspace(0.06, 0.4, 27)]
     found = _blowups(_run(entropy))
     assert found and found[0]["onset_step"] == 19
+
+
+def test_a_differential_entropy_that_rises_many_nats_blew_up():
+    # a continuous policy's Gaussian entropy sits at -6 nats (small action stds), then jumps to about
+    # 0 at step 33 and stays: no ratio to a negative start means anything, the nats do
+    rng = np.random.default_rng(5)
+    entropy = np.r_[-6.0 + 0.3 * rng.standard_normal(32), -0.5 + 0.3 * rng.standard_normal(40)]
+    found = _blowups(_run(entropy))
+    assert found and found[0]["onset_step"] == 33, found
+    # the same series wobbling by a nat around -6 is no blow-up
+    assert not _blowups(_run(-6.0 + 0.5 * rng.standard_normal(72)))

@@ -43,6 +43,8 @@ thresholds(
     std_onset_factor=(1.1, "... dated where it stays above this many times its start (a tenth up: visible, as the "
                            "std of a policy that learns falls from its start)"),
     std_stays_share=(0.95, "... and above it for this share of the records from there on"),
+    diff_entropy_blowup=(3.0, "a differential entropy (a continuous policy's: below 0 in places) this many nats "
+                              "over its start, lasting: the policy blew up toward random actions"),
     entropy_rise_share=(0.1, "an entropy rise (or fall into the floor) that came back counts as lasting only if "
                              "it held over this share of the run's records (shorter: an exploration burst)"),
 )
@@ -52,7 +54,8 @@ RULES = declare(DIVERGENCE, {
     "entropy_rise": "policy entropy doubled and staying (a warning)",
     "action_std_blowup": "a Gaussian policy's action std climbing to x2.5 or more of its start: the policy blew up",
 }, damage=("entropy_blowup", "action_std_blowup"),
-   thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_blowup_min_rise", "entropy_rise_share", "spike_recover_records"),
+   thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_blowup_min_rise", "entropy_rise_share", "spike_recover_records",
+                                     "diff_entropy_blowup"),
                "action_std_blowup": ("std_blowup_factor", "std_at_top", "std_climb_trend", "std_onset_factor", "std_stays_share")})
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
@@ -78,7 +81,7 @@ def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
     return None
 
 
-def _lasting_rises(s, start: float, cfg: DiagnoseConfig):
+def _lasting_rises(s, start: float, cfg: DiagnoseConfig, bar: float | None = None):
     """(onset step, step it came back or None, level it held) of each doubling of the entropy over
     its start level that lasts, in order: one still up at the last record, or one that held over
     ``entropy_rise_share`` of the run (LABELS.md passes over a rise back within a few records; a
@@ -89,7 +92,8 @@ def _lasting_rises(s, start: float, cfg: DiagnoseConfig):
     start level is the median of its first records), which is no rise."""
     k = int(cfg.spike_recover_records)
     vals = s.to_numpy(dtype=float)
-    above = s.rolling(k, min_periods=1).median().to_numpy() >= 2 * start
+    bar = 2 * start if bar is None else bar  # (a differential entropy's: its start plus some nats)
+    above = s.rolling(k, min_periods=1).median().to_numpy() >= bar
     n = len(vals)
     for i, j in stretches(above):
         if i == 0:  # the log opens above it: still in its early fall
@@ -97,7 +101,7 @@ def _lasting_rises(s, start: float, cfg: DiagnoseConfig):
         if j == n or j - i >= max(k, cfg.entropy_rise_share * n):
             # dated from the raw record from which it held above the doubling (the median lags)
             first = max(0, i - k // 2)
-            raw = vals[first:j] >= 2 * start
+            raw = vals[first:j] >= bar
             on = first + int(np.argmax(raw)) if raw.any() else i
             held = float(np.median(vals[on:j]))
             yield int(s.index[on]), (int(s.index[j]) if j < n else None), held
@@ -174,6 +178,9 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         hit = _action_std_blowup(run, cfg)
         return [hit] if hit is not None else []
     name, s, start, end = got
+    if float(np.min(s.to_numpy(dtype=float))) < 0:
+        hit = _differential_blowup(name, s, start, end, cfg)
+        return [hit] if hit is not None else []
     if not start > 0:
         return []
     rises = list(_lasting_rises(s, start, cfg))
@@ -208,6 +215,22 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     f"{name} rose {ev.move(s, onset)} and {'held' if back is not None else 'stayed up'}{peak}; "
                     f"{_levels(s)} ({fmt(end / start)}x){came}: the policy "
                     + ("blew up toward uniform output" if blown else "is spreading out"))]
+
+
+def _differential_blowup(name: str, s, start: float, end: float, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md "entropy explodes toward uniform output", read on a differential entropy (a
+    continuous policy's Gaussian, below 0 somewhere: -6 nats at small action stds): it has no zero, so
+    no ratio to its start means anything; a rise of ``diff_entropy_blowup`` nats over its start
+    (every action's std up e-fold over three actions) that lasts (``_lasting_rises``) is the blow-up."""
+    rises = list(_lasting_rises(s, start, cfg, bar=start + cfg.diff_entropy_blowup))
+    if not rises:
+        return None
+    onset, back, held = rises[0]
+    came = f"; it came back at step {back} after holding a median {fmt(held)}" if back is not None else ""
+    return Finding(DIVERGENCE, onset, CRITICAL, name, "entropy_blowup",
+                   f"{name}, a differential entropy (below 0 in places), rose {ev.move(s, onset)}, "
+                   f"{fmt(held - start)} nats over its start and {'held' if back is not None else 'stayed up'}; "
+                   f"{_levels(s)}{came}: the policy blew up toward random actions")
 
 
 @register_detector("entropy_collapse", "policy entropy to a small fraction of its start while reward stalls")
