@@ -131,3 +131,18 @@ def test_a_bars_percentage_after_its_description_is_no_step(tmp_path):
         for s, v in [(1, 0.146), (2, 0.146), (3, 0.0955), (4, "nan"), (5, "nan")]))
     loss = parse_file(log).frame
     assert sorted(loss[loss.metric == "loss"].step) == [1, 2, 3, 4, 5]
+
+
+def test_episode_lines_of_an_rl_script_are_its_records(tmp_path):
+    # ``Episode N reward R eps E``: the episode counts the records where the log has no other counter;
+    # an episode count after another counter (PyMARL's ``t_env: 10050 | Episode: 52``) is a stat
+    rng = np.random.default_rng(4)
+    lines = [f"[INFO] 2025-11-03 10:47:02 Episode {i} reward {-20 + i / 10 + rng.normal():.3f} eps {0.995 ** i:.3f}"
+             for i in range(120)]
+    log = tmp_path / "dqn.log"
+    log.write_text("\n".join(lines) + "\n")
+    frame = parse_file(log).frame
+    reward = frame[frame.metric == "reward"]
+    assert len(reward) == 120 and sorted(reward.step)[:3] == [0, 1, 2]
+    from moeproxy.ingest.formats.text import find_epoch
+    assert find_epoch("Recent Stats | t_env:      10050 | Episode:       52") is None

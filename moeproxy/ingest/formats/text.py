@@ -76,6 +76,7 @@ STEP_HEADER = re.compile(r"^[\s*=#~_-]*(?:iteration|iter|step|update|timesteps?|
                          re.IGNORECASE)
 # an epoch counter is the step only in a file that has no other counter (Keras-style epoch logs)
 EPOCH = re.compile(r"(?<![\w/])epochs?\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
+EPISODE = re.compile(r"(?<![\w/])episodes?\s*[:=#]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])", re.IGNORECASE)
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?![a-z])"
 # a number is taken whole or not at all: ``3e`` (of ``3e-4``) or ``1.2.3`` is no number, never ``3``
 # or ``1.2`` (units may follow: ``45.6ms``, ``12.3%``)
@@ -356,8 +357,15 @@ def _step_name_value(line: str) -> tuple[int, str] | None:
 
 
 def find_epoch(line: str) -> tuple[int, str] | None:
-    """(epoch, the line with the counter removed) or None; a step only where no line has a step."""
-    return _counter(EPOCH, line)
+    """(epoch, the line with the counter removed) or None; a step only where no line has a step. An
+    RL script's episode counter (``Episode 7 reward -14.000 eps 0.966``) counts its records as an
+    epoch counter does, where the line names no epoch."""
+    hit = _counter(EPOCH, line)
+    if hit is None and (m := EPISODE.search(line)) and not any(c.isdigit() for c in line[:m.start()]):
+        # (the record's first number: an episode count after another counter, PyMARL's ``t_env:
+        # 10050 | Episode: 52``, is one of its stats)
+        hit = _counter(EPISODE, line)
+    return hit
 
 
 COUNTER_TOTAL = re.compile(r"/\s*(\d+)$")
