@@ -141,3 +141,20 @@ def test_a_critic_loss_named_as_only_rl_names_it_is_judged_when_no_reward_is_rea
     # a VQ model's ``q_loss`` (its codebook loss) is no critic: without a reward it is not judged so
     vq = {"q_loss": pd.Series(qf, index=steps), "rec_loss": pd.Series(1 + rng.normal(0, 0.01, n), index=steps)}
     assert not any(f["rule"] == "value_loss_blowup" for f in diagnose_series(vq)["findings"])
+
+
+def test_a_td_loss_that_grew_with_the_returns_it_learned_is_no_blow_up():
+    # SB3 DQN: train/loss (a TD loss) grows 0.2 -> 175 while the return climbs 0.2 -> 4950: the loss
+    # scales with the returns learned, not a blow-up; the same loss beside a return that never
+    # improved is one
+    n = 400
+    rng = np.random.default_rng(41)
+    ramp = np.clip((np.arange(n) - 200) / 100.0, 0.0, 1.0)
+    reward = 0.2 + 4950 * ramp + np.abs(rng.normal(0, 0.05, n))
+    loss = np.where(np.arange(n) < 240, 0.3, 120.0) * np.exp(rng.normal(0, 0.3, n))
+    steps = np.arange(1, n + 1) * 500
+    series = {"loss": pd.Series(loss, index=steps), "reward_mean": pd.Series(reward, index=steps)}
+    res = diagnose_series(series)
+    assert not any(f["rule"] == "policy_loss_blowup" for f in res["findings"]), res["findings"]
+    flat = {**series, "reward_mean": pd.Series(0.2 + rng.normal(0, 0.05, n), index=steps)}
+    assert any(f["rule"] == "policy_loss_blowup" for f in diagnose_series(flat)["findings"])

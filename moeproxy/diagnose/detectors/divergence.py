@@ -605,7 +605,7 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         hit = _repeated_blowup(policy[0], policy[1], cfg, rl, "policy_loss_blowup",
                                f"the size of the RL policy loss |{policy[0]}|", cfg.policy_loss_floor,
                                reward=run.resolve_reward(), kl=run.resolve("kl"))
-        if hit is not None:
+        if hit is not None and not _grew_with_return(policy[1], run.resolve_reward(), cfg):
             out.append(hit)
     # (an offline RL log may hold only an evaluation return, or several returns none of which is read
     # as the reward: a critic's loss named as only RL names it says the run is RL's)
@@ -616,6 +616,27 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 out.append(hit)
                 break
     return out
+
+
+def _grew_with_return(loss, reward, cfg: DiagnoseConfig) -> bool:
+    """An RL loss whose peak over its early level is no larger than the growth of the return the run
+    climbed to (its best stretch over its first records' level): a Q-learner's TD loss, or a policy
+    loss over unnormalised returns, scales with the returns it learns to earn (x1000 beside returns
+    x25000 is learning, as ``_value_loss_blowup`` reads a critic's)."""
+    if reward is None:
+        return False
+    r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
+    v = loss.abs()[np.isfinite(loss.to_numpy(dtype=float))]
+    v = v[v > 0]
+    if len(r) < 2 * cfg.min_history or len(v) < 2 * cfg.min_history:
+        return False
+    r_first = float(np.median(r.to_numpy()[:max(cfg.min_history, len(r) // 50)]))
+    best = _reward_best(r)
+    if best is None or best[1] <= r_first:
+        return False
+    return_growth = abs(best[1]) / max(abs(r_first), diff_noise(r.to_numpy()), 1e-12)
+    early = float(np.median(v.to_numpy()[:max(cfg.min_history, len(v) // 50)]))
+    return early > 0 and float(v.max()) / early <= return_growth
 
 
 def _climb_start(s, at: int, earlier, best, cfg: DiagnoseConfig) -> int:
