@@ -46,6 +46,8 @@ def runners_up(src: SourceFile, winner: LogFormat) -> list[LogFormat]:
 
 
 SAME_WINDOWS = 4  # windows in a row in a format already found, after which past_preamble stops looking
+PREAMBLE_WINDOWS = 16  # windows (400 lines or 64 KB each) with no format found, after which it stops:
+# a preamble is hundreds of lines, not 6,400 (a notebook's 3 MB of printed text took 8 s to look through)
 
 
 def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
@@ -54,7 +56,9 @@ def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
     looked like another's."""
     found: list[LogFormat] = []
     same = 0  # windows in a row, since the first find, whose format was one already seen
-    for _ in src.sniff_windows():
+    for looked, _ in enumerate(src.sniff_windows(), 1):
+        if not found and looked > PREAMBLE_WINDOWS:
+            break
         best = _best(src, text_only=True)
         if best is not None and best[1] is not exclude and best[1] not in found:
             found.append(best[1])

@@ -217,6 +217,21 @@ class SourceFile:
             self._sniff_lines = kept[:HEAD_LINES]
         return self._sniff_lines[:limit]
 
+    @staticmethod
+    def _next_line_start(fh, pos: int, limit: int) -> int | None:
+        """The offset just after the next newline at or after ``pos`` (read a window at a time, up
+        to ``limit``), or None when there is none before it."""
+        while pos < limit:
+            fh.seek(pos)
+            data = fh.read(HEAD_BYTES)
+            if not data:
+                return None
+            nl = data.find(b"\n")
+            if nl >= 0:
+                return pos + nl + 1
+            pos += len(data)
+        return None
+
     def sniff_windows(self, limit: int = 8 * 1024 * 1024) -> Iterator[int]:
         """Move detection's view past a preamble (a shell trace, an environment dump, Ray's start-up
         lines) one head-sized window at a time, up to ``limit`` bytes into the file: each step yields
@@ -239,7 +254,12 @@ class SourceFile:
                         break
                     cut = data.rfind(b"\n") + 1 if start + len(data) < self.size else len(data)
                     if cut <= 0:
-                        break
+                        # a line longer than a window (a progress bar redrawn with ``\r`` 30,000
+                        # times on one line): the view moves on to the line after it
+                        start = self._next_line_start(fh, start + len(data), limit)
+                        if start is None:
+                            break
+                        continue
                     lines = data.split(b"\n", HEAD_LINES)
                     if len(lines) > HEAD_LINES:  # a window is what the sniffers see: its first HEAD_LINES lines
                         cut = len(data) - len(lines[-1])

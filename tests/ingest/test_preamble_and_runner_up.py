@@ -69,3 +69,16 @@ def test_after_a_thin_winner_the_reader_of_most_known_values_takes_over(tmp_path
     metrics = set(parsed.frame["metric"])
     assert {"loss", "kl-penalty", "entropy"} <= metrics, (parsed.format, metrics)
     assert parsed.frame[parsed.frame["metric"] == "loss"]["step"].tolist() == list(range(12))
+
+
+def test_a_progress_bar_line_longer_than_a_window_does_not_stop_the_look_past_a_preamble(tmp_path):
+    # a slurm log: an environment dump, warnings, then one line of 30,000 redrawn progress bars
+    # (carriage returns, no newline: 2 MB), then the trainer's printed dicts
+    preamble = [f"max user processes              (-u) {i}" for i in range(40)] + ["CUDA SETUP: Detected CUDA version 117"]
+    bars = "".join(f"  {i // 300}%|          | {i}/30290 [00:{i % 60:02d}<293:53:55, 34.93s/it]\r" for i in range(20000))
+    dicts = [f"{{'loss': {2.0 - i / 400:.4f}, 'learning_rate': 9.9e-05, 'rewards/chosen': -16.9, 'epoch': {i / 100:.2f}}}"
+             for i in range(300)]
+    log = tmp_path / "slurm-66561401.out"
+    log.write_text("\n".join(preamble + [bars] + dicts) + "\n")
+    frame = parse_file(log).frame
+    assert len(frame[frame.metric == "loss"]) == 300
