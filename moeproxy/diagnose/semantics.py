@@ -36,7 +36,7 @@ import pandas as pd
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
-from moeproxy.vocabulary import ALIASES, LAYER_PREFIX, is_validation_loss  # noqa: F401 - read from here by the detectors
+from moeproxy.vocabulary import ALIASES, LAYER_PREFIX, is_validation_loss
 
 thresholds(
     startup_min_scale=(1024.0, "fp16 scalers start their search at 2^16 or more; halvings from below are overflows"),

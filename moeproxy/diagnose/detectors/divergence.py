@@ -21,7 +21,8 @@ from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive, quarter_count
-from moeproxy.diagnose.semantics import is_validation_loss, lr_warmup_end_step, startup_end_step, zero_advantage_steps
+from moeproxy.diagnose.semantics import lr_warmup_end_step, startup_end_step, zero_advantage_steps
+from moeproxy.vocabulary import is_validation_loss
 from moeproxy.diagnose.series import RunSeries, climb_margin
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -630,13 +631,18 @@ def _grew_with_return(loss, reward, cfg: DiagnoseConfig) -> bool:
     v = v[v > 0]
     if len(r) < 2 * cfg.min_history or len(v) < 2 * cfg.min_history:
         return False
-    r_first = float(np.median(r.to_numpy()[:max(cfg.min_history, len(r) // 50)]))
-    best = _reward_best(r)
-    if best is None or best[1] <= r_first:
-        return False
-    return_growth = abs(best[1]) / max(abs(r_first), diff_noise(r.to_numpy()), 1e-12)
+    return_growth = _return_growth(r, _reward_best(r), cfg)
     early = float(np.median(v.to_numpy()[:max(cfg.min_history, len(v) // 50)]))
-    return early > 0 and float(v.max()) / early <= return_growth
+    return return_growth > 1.0 and early > 0 and float(v.max()) / early <= return_growth
+
+
+def _return_growth(r, best, cfg: DiagnoseConfig) -> float:
+    """How many times its first records' level (at least its noise) the return climbed to at ``best``
+    (``_reward_best``); 1 when it never climbed above them."""
+    r_first = float(np.median(r.to_numpy()[:max(cfg.min_history, len(r) // 50)]))
+    if best is None or best[1] <= r_first:
+        return 1.0
+    return abs(best[1]) / max(abs(r_first), diff_noise(r.to_numpy()), 1e-12)
 
 
 def _climb_start(s, at: int, earlier, best, cfg: DiagnoseConfig) -> int:
@@ -757,10 +763,8 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         # the critic's error (the root of its squared loss) must have grown far beyond the scale the
         # return reached while it improved: an error x12 beside returns x11 is a critic following a
         # return that grew (learning); returns that only got worse explain nothing
-        r_first = float(np.median(r.to_numpy()[:max(cfg.min_history, len(r) // 50)]))
-        r_early = max(abs(r_first), diff_noise(r.to_numpy()), 1e-12)
         error_growth = float(np.sqrt(vals.max() / early))
-        return_growth = abs(best[1]) / r_early if best is not None and best[1] > r_first else 1.0
+        return_growth = _return_growth(r, best, cfg)
         if error_growth <= np.sqrt(cfg.grad_blowup_factor) * max(return_growth, 1.0) and not beyond:
             return None
         if beyond:

@@ -179,7 +179,7 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         return [hit] if hit is not None else []
     name, s, start, end = got
     if float(np.min(s.to_numpy(dtype=float))) < 0:
-        hit = _differential_blowup(name, s, start, end, cfg)
+        hit = _differential_blowup(name, s, start, cfg)
         return [hit] if hit is not None else []
     if not start > 0:
         return []
@@ -217,7 +217,7 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     + ("blew up toward uniform output" if blown else "is spreading out"))]
 
 
-def _differential_blowup(name: str, s, start: float, end: float, cfg: DiagnoseConfig) -> Finding | None:
+def _differential_blowup(name: str, s, start: float, cfg: DiagnoseConfig) -> Finding | None:
     """LABELS.md "entropy explodes toward uniform output", read on a differential entropy (a
     continuous policy's Gaussian, below 0 somewhere: -6 nats at small action stds): it has no zero, so
     no ratio to its start means anything; a rise of ``diff_entropy_blowup`` nats over its start

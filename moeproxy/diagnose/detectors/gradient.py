@@ -18,7 +18,7 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, fmt, quarter_count
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
-from moeproxy.diagnose.semantics import is_validation_loss
+from moeproxy.vocabulary import is_validation_loss
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, VANISHING_GRADIENT, Finding
 from moeproxy.diagnose.rules import declare
 

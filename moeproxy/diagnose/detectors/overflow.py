@@ -22,7 +22,8 @@ from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt
-from moeproxy.diagnose.semantics import is_validation_loss, loss_printed_zero_throughout, startup_end_step
+from moeproxy.diagnose.semantics import loss_printed_zero_throughout, startup_end_step
+from moeproxy.vocabulary import is_validation_loss
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, OVERFLOW, WARNING, Finding
 from moeproxy.diagnose.rules import declare
