@@ -53,3 +53,21 @@ def test_steps_with_no_policy_gradient_are_no_baseline_for_a_spike():
     res = diagnose_series({"grad_norm": pd.Series(grad, index=steps), "loss": pd.Series(loss, index=steps),
                            "reward_mean": pd.Series(reward, index=steps)})
     assert res["verdict"] == "healthy", res["findings"]
+
+
+def test_a_stretch_of_updates_far_out_of_the_trust_region_is_divergence_even_if_it_comes_back():
+    # LABELS.md: a spike that recovers within a few records is healthy; eleven updates in a row at
+    # hundreds to thousands of nats is a policy that blew up, whatever the KL did afterwards
+    rng = np.random.default_rng(5)
+    n = 60
+    kl = np.exp(rng.normal(np.log(0.02), 0.4, n))
+    kl[30:41] = np.exp(rng.uniform(np.log(800), np.log(6000), 11))
+    reward = 10 + 0.05 * np.arange(n) + rng.normal(0, 0.3, n)
+    res = diagnose_series(_ppo(kl, reward))
+    assert res["verdict"] == "divergence" and res["onset_step"] == 2048 * 31, res["findings"][:3]
+    assert res["findings"][0]["rule"] == "ppo_kl_stretch"
+    # two such updates, then back, with the return unmoved: a spike that recovered, a warning
+    kl[32:41] = kl[:9]
+    res = diagnose_series(_ppo(kl, reward))
+    assert res["verdict"] == "healthy", res["findings"][:3]
+    assert any(f["rule"] == "ppo_kl_spike" for f in res["findings"])

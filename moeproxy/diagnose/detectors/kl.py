@@ -40,9 +40,11 @@ RULES = declare(DIVERGENCE, {
     "ppo_kl_out_of_region": "new-vs-old KL at 1 nat or more per update, staying: no update stays in the trust region",
     "ppo_kl_spike": "new-vs-old KL at 1 nat or more for a few updates, then back: a warning unless a lasting change starts with it",
     "ppo_kl_runaway": "new-vs-old KL climbing (however slowly) to 10x its first records' level and 0.15 nat or more by the end",
-}, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region", "ppo_kl_runaway"), spike=("ppo_kl_spike",),
+    "ppo_kl_stretch": "new-vs-old KL at 1 nat or more for more than a few updates in a row: the policy blew up, even if it came back",
+}, damage=("kl_rise", "kl_ref_blowup", "ppo_kl_out_of_region", "ppo_kl_runaway", "ppo_kl_stretch"), spike=("ppo_kl_spike",),
    thresholds={"kl_rise": ("kl_factor", "kl_floor", "kl_ref_floor"), "kl_ref_blowup": ("kl_ref_blowup", "kl_ref_runaway_floor"),
-               "ppo_kl_out_of_region": ("ppo_kl_ceiling",), "ppo_kl_runaway": ("kl_factor", "ppo_kl_runaway_floor"), "ppo_kl_spike": ("ppo_kl_ceiling",)})
+               "ppo_kl_out_of_region": ("ppo_kl_ceiling",), "ppo_kl_runaway": ("kl_factor", "ppo_kl_runaway_floor"), "ppo_kl_spike": ("ppo_kl_ceiling",),
+               "ppo_kl_stretch": ("ppo_kl_ceiling", "spike_recover_records", "spike_log_share")})
 
 
 @register_detector("kl_explosion", "KL to reference (x100) or new-vs-old KL (x10) explodes and stays up: divergence")
@@ -105,14 +107,22 @@ def _trust_region_spikes(name: str, s, cfg: DiagnoseConfig) -> list[Finding]:
     out = []
     above = vals >= cfg.ppo_kl_ceiling
     starts = np.flatnonzero(above & ~np.r_[False, above[:-1]])
+    # LABELS.md: a spike that recovers "within a few records" is healthy; a few, as the loss's and
+    # grad norm's spikes count them (``multi_record_spike``), and never a tenth of the log
+    few = min(cfg.spike_recover_records, max(3, int(np.ceil(cfg.spike_log_share * len(vals)))))
     for i in starts:
         j = i
         while j + 1 < len(vals) and above[j + 1]:
             j += 1
         top = i + int(np.argmax(vals[i:j + 1]))
-        out.append(Finding(DIVERGENCE, int(s.index[i]), WARNING, name, "ppo_kl_spike",
-                           f"{name} at {ev.rec(s, int(s.index[i]))}, peak {ev.rec(s, int(s.index[top]))}, "
-                           f"{j - i + 1} update(s) at or above {fmt(cfg.ppo_kl_ceiling)} nat, then back"))
+        n = j - i + 1
+        shown = (f"{name} at {ev.rec(s, int(s.index[i]))}, peak {ev.rec(s, int(s.index[top]))}, "
+                 f"{n} update(s) in a row at or above {fmt(cfg.ppo_kl_ceiling)} nat")
+        if n >= few:
+            out.append(Finding(DIVERGENCE, int(s.index[i]), CRITICAL, name, "ppo_kl_stretch",
+                               f"{shown} (more than a few: {few} or more), then back: the policy blew up"))
+        else:
+            out.append(Finding(DIVERGENCE, int(s.index[i]), WARNING, name, "ppo_kl_spike", f"{shown}, then back"))
     return out
 
 
