@@ -108,3 +108,28 @@ def test_a_wandb_panel_with_a_run_of_text_cells_reads_the_runs_with_numbers(tmp_
                                                                          for s in range(1, 6)))
     parsed = parse_file(path)
     assert set(parsed.arms) == {"a", "b"}
+
+
+def test_rows_wider_than_the_header_name_their_extra_cells_by_place(tmp_path):
+    # a logger that met a new key (an evaluation return) after writing its header: from then on every
+    # row carries one cell more than the header names, the training rows an empty one
+    head = "step,iteration,reward/mean,loss/value,loss/approx_kl"
+    rows = [f"{i * 100},{i},{-6 + 0.01 * i},{2.5 - 0.01 * i},{0.02 * i}" for i in range(1, 4)]
+    rows.append("400,,,,,-3.5")
+    rows += [f"{i * 100},{i},{-6 + 0.01 * i},{2.5 - 0.01 * i},{0.02 * i}," for i in range(5, 13)]
+    rows.append("1300,,,,,-3.25")
+    path = tmp_path / "metrics.csv"
+    path.write_text(head + "\n" + "\n".join(rows) + "\n")
+    parsed = parse_file(path)
+    frame = parsed.frame
+    assert parsed.format == "csv" and not parsed.notes
+    evals = frame[frame["metric"] == "column_6"]
+    assert evals["step"].tolist() == [400, 1300] and evals["value"].tolist() == [-3.5, -3.25]
+    kl = frame[frame["metric"] == "loss/approx_kl"]
+    assert kl["step"].tolist() == [i * 100 for i in range(1, 4)] + [i * 100 for i in range(5, 13)]
+    # a table whose rows are the header's width but for two run together stays the header's width
+    ok = [f"{i},{0.1 * i},{1.0 / i}" for i in range(1, 12)]
+    ok[4] = ok[4] + ok[5]
+    path.write_text("step,loss,grad_norm\n" + "\n".join(ok) + "\n")
+    parsed = parse_file(path)
+    assert "column_4" not in parsed.columns.names and parsed.notes

@@ -749,7 +749,7 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
             # a squared error whose root is a good share of the largest return seen: the critic is
             # far off in the return's own units (one fitting a constant return of -3 that wobbles from
             # 1e-8 to 1e-3, an error of 0.03, is not)
-            fell = (f", while {reward[0]} never improved (median {ev.median_of(after)} after it) and the critic's "
+            fell = (f", while {reward[0]} never improved ({ev.median_of(after)} after it) and the critic's "
                     f"error, sqrt {fmt(float(np.sqrt(vals.max())))}, is {fmt(100 * cfg.value_error_share)}% or more "
                     f"of the largest {reward[0]} seen")
         elif _still_climbing(s[s.index >= first], r[r.index >= first], margin, cfg):

@@ -140,7 +140,7 @@ def _out_of_trust_region(name: str, s, cfg: DiagnoseConfig) -> Finding | None:
         return None
     onset = int(s.index[i])
     return Finding(DIVERGENCE, onset, CRITICAL, name, "ppo_kl_out_of_region",
-                   f"{name} at {ev.rec(s, onset)} and a median {ev.median_of(s[s.index >= onset])} from "
+                   f"{name} at {ev.rec(s, onset)} and a {ev.median_of(s[s.index >= onset])} from "
                    f"there (at or above {fmt(cfg.ppo_kl_ceiling)} nat per update, 20x where PPO already "
                    f"stops): every update leaves the trust region")
 

@@ -8,7 +8,9 @@
   becomes a metric ``<name>/<op>``; the rank comes from the ``...-rank<R>-...`` directory.
 - Generic: any table with a step-like column, or numeric columns only (row index = step); a table
   of numbers without a header row gets its columns named by place (``column_1``, ...). Comma, tab or
-  semicolon separated.
+  semicolon separated. A logger that met a new key after writing its header (an evaluation return
+  first logged mid-run) writes rows wider than the header: when most rows are, the columns past the
+  header are named by place too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import csv
 import io
 import math
 import re
+from collections import Counter
 
 import numpy as np
 
@@ -94,6 +97,16 @@ def _dialect(src: SourceFile) -> str:
     return "\t" if first.count("\t") > first.count(",") else ","
 
 
+def _table_width(header: int, widths: list[int]) -> int:
+    """The table's width: the header's, or the width most rows share where that is wider (a writer
+    that added columns after its header line; the cells past the header are named by place). Rows
+    run together (a lost newline) are wider too, but never most rows."""
+    if not widths:
+        return header
+    common, n = Counter(widths).most_common(1)[0]
+    return common if common > header and n >= 0.5 * len(widths) else header
+
+
 def _headerless(first: list[str]) -> bool:
     """A first row of numbers only: a table written without its header (``np.savetxt``)."""
     return len(first) >= 2 and all(c.strip() and parse_number(c) is not None for c in first)
@@ -128,6 +141,15 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         # no header: the columns are named by their place (``column_1``, ...), the row index is the step
         headerless = _headerless(first)
         named = dict(header=None, names=[f"column_{i + 1}" for i in range(len(first))]) if headerless else {}
+        if not headerless:
+            # rows wider than the header, most of them (the first and last 200 rows looked at)
+            body = [l.replace("\r", "") for l in text.split("\n", 401)[1:401] + text[-65536:].split("\n")[-200:]]
+            try:
+                width = _table_width(len(first), [len(r) for r in csv.reader([l for l in body if l.strip()], delimiter=sep)])
+            except csv.Error:  # a quoted cell across lines: the header's width, pandas reads the rest
+                width = len(first)
+            if width > len(first):
+                named = dict(header=None, skiprows=1, names=first + [f"column_{i + 1}" for i in range(len(first), width)])
         df = pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False, na_filter=False,
                          on_bad_lines="skip", **named)
         # rows with more cells than the header (two records run together) were left out: counted, noted
@@ -280,9 +302,10 @@ def sniff_csv(src: SourceFile) -> float:
     if len(header) < 2:
         return 0.0
     rows = list(csv.reader(lines[1:], delimiter=sep))
-    whole = [row for row in rows if len(row) == len(header)]
-    # rows of the header's width, most of them: rows run together (a lost newline) are wider and left out;
-    # a narrower row is allowed only last (a file cut mid-row)
+    width = _table_width(len(header), [len(row) for row in rows])
+    whole = [row for row in rows if len(header) <= len(row) <= width]
+    # rows of the table's width (``_table_width``), most of them: rows run together (a lost newline)
+    # are wider and left out; a narrower row is allowed only last (a file cut mid-row)
     if len(whole) < max(2, 0.5 * len(rows)) or any(len(row) < len(header) - 1 for row in rows[:-1]):
         return 0.0
     rows = whole
