@@ -347,7 +347,17 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
         # (``training_reward.avg``, ``Train/mean_reward``), or the one bare average of a run that
         # counts episodes: it is the reward
         out.aliases["reward_mean"] = reading.read_as["reward_mean"] = reward
+    # a return logged as 0 in every record (legged_gym clips a negative total to 0) was set aside as
+    # never computed; the detectors still need to know the run earned no return at all
+    out.zero_return = next((n for n, why in reading.never_computed.items() if why.startswith("0 in all")
+                            and _is_reward_name(n)), None)
     return out, reading
+
+
+def _is_reward_name(name: str) -> bool:
+    """A metric the reward's framework names or whose words name a reward or return (``_reward_by_name``)."""
+    words = {w.lower() for w in _WORDS.findall(name)}
+    return name.lower() in _REWARD_ALIASES or bool(words & _REWARD_WORDS and not words & _NOT_REWARD_WORDS)
 
 
 _AVERAGE_WORDS = frozenset({"avg", "average", "mean"})

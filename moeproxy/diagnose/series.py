@@ -49,6 +49,8 @@ class RunSeries:
         self._series: dict[str, pd.Series] = {}
         # canonical -> a metric the data stage read as it (``semantics.training_loss_by_name``)
         self.aliases: dict[str, str] = {}
+        # a reward-named metric 0 in every record, set aside by the data stage (``semantics``)
+        self.zero_return: str | None = None
         for name, s in series.items():
             s = pd.Series(s, dtype="float64")
             s.index = pd.Index(np.asarray(s.index, dtype="int64"), name="step")

@@ -158,3 +158,23 @@ def test_a_td_loss_that_grew_with_the_returns_it_learned_is_no_blow_up():
     assert not any(f["rule"] == "policy_loss_blowup" for f in res["findings"]), res["findings"]
     flat = {**series, "reward_mean": pd.Series(0.2 + rng.normal(0, 0.05, n), index=steps)}
     assert any(f["rule"] == "policy_loss_blowup" for f in diagnose_series(flat)["findings"])
+
+
+def test_a_critic_named_as_rsl_rl_or_a_printed_line_names_it_is_read_and_a_zero_return_gives_it_no_scale():
+    # rsl_rl (legged_gym) logs its critic's loss as ``Loss/value_function``; a printed
+    # ``Critic Loss1: ...`` is read as ``critic loss1``: both are value losses
+    n = 50
+    rng = np.random.default_rng(2)
+    value_loss = np.concatenate([np.abs(rng.normal(0.05, 0.03, 25)), 1.4 * 3.0 ** np.arange(25)])
+    reward = np.full(n, -150.0) + rng.normal(0, 1.0, n)
+    steps = np.arange(1, n + 1)
+    for name in ("Loss/value_function", "critic loss1"):
+        res = diagnose_series({name: pd.Series(value_loss, index=steps), "reward_mean": pd.Series(reward, index=steps)})
+        assert res["verdict"] == "divergence" and res["findings"][0]["rule"] == "value_loss_blowup", (name, res["findings"][:2])
+    # a return of 0 in every record (set aside as never computed): a critic fitting it from 1e-7 to
+    # 1e-2 is rounding in no unit of a return, no blow-up
+    tiny = np.concatenate([np.full(25, 1.5e-7), np.abs(rng.normal(3e-3, 1e-3, 25))])
+    res = diagnose_series({"Loss/value_function": pd.Series(tiny, index=steps), "Train/mean_reward": pd.Series(0.0, index=steps)})
+    assert not any(f["rule"] == "value_loss_blowup" for f in res["findings"]), res["findings"][:2]
+    res = diagnose_series({"Loss/value_function": pd.Series(tiny, index=steps)})   # no return logged at all: it counts
+    assert any(f["rule"] == "value_loss_blowup" for f in res["findings"]), res["findings"][:2]

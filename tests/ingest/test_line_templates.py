@@ -10,6 +10,8 @@ import pytest
 
 from moeproxy.errors import InputError
 from moeproxy.ingest import parse_file
+from moeproxy.ingest.formats.line_templates import parse_line_templates
+from moeproxy.ingest.source import open_source
 
 
 def _by_metric(parsed):
@@ -79,3 +81,16 @@ def test_a_metric_named_before_its_counter(tmp_path):
     assert {m for m in parse_file(log).frame["metric"]} == {"loss"}
     log.write_text("\n".join(f"Cost after iteration {i}: acc {0.5 + i / 100:.3f}" for i in range(8)) + "\n")
     assert {m for m in parse_file(log).frame["metric"]} == {"acc"}
+
+
+def test_a_key_of_several_words_before_a_colon_is_the_metric_s_name(tmp_path):
+    # ``[  1000] Critic Loss1: ... | Actor Loss: ...``: each field's key, as the text reader names a
+    # key (not its last word: ``loss1``, ``loss``), so that a critic's loss is told from an actor's
+    log = tmp_path / "out.txt"
+    rows = [f"[{s * 1000:6d}] Critic Loss1: {0.01 * s:.4e} | Critic Loss2: {0.02 * s:.4e} | Actor Loss: {-0.1 * s:.4f} "
+            f"| KL: {0.2:.4f} | Time: {4.5 * s:.1f}s" for s in range(1, 12)]
+    log.write_text("\n".join(rows) + "\n")
+    parsed = parse_line_templates(open_source(log))
+    metrics = _by_metric(parsed)
+    assert {"critic loss1", "critic loss2", "actor loss", "kl", "time"} <= set(metrics), sorted(metrics)
+    assert metrics["critic loss2"][3000] == pytest.approx(0.06)

@@ -96,9 +96,10 @@ RULES = declare(DIVERGENCE, {
 
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
 # (Spinning Up names its critics' losses ``LossQ``, ``LossQ1``, ``LossV``; OfflineRL-Kit and rlkit
-# ``loss/critic1``, ``qf1_loss``; twin critics are numbered)
-_CRITIC_NAMES = (r"value_loss|vf_loss|critic\d?_loss|loss/(?:value|critic\d?)|value loss|qf\d?_loss|qf\d? loss|"
-                 r"lossq\d?|lossv")
+# ``loss/critic1``, ``qf1_loss``; rsl_rl (legged_gym) ``Loss/value_function``; a printed
+# ``Critic Loss1:`` is read as ``critic loss1``; twin critics are numbered)
+_CRITIC_NAMES = (r"value_loss|vf_loss|critic\d?[_ ]loss\d?|loss/(?:value|critic\d?)(?:_function)?|value loss|"
+                 r"qf\d?_loss|qf\d? loss|lossq\d?|lossv")
 VALUE_LOSS = re.compile(rf"(?:^|[/_ ])(?:{_CRITIC_NAMES}|q\d?_loss|loss/q\d?)$", re.IGNORECASE)
 # the names no other kind of model uses (not ``q_loss``/``loss/q``: a VQ model's quantisation loss):
 # a log holding one is an RL run's even when no reward of it is recognised (rlkit's several returns)
@@ -709,6 +710,8 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     if len(vals) < 2 * cfg.min_history:
         return None
     reward = run.resolve_reward()
+    if reward is None and run.zero_return is not None:
+        return None  # a return of 0 in every record: its critic's loss is rounding, in no unit of a return
     early = float(np.median(vals[:max(cfg.min_history, len(vals) // (50 if reward is not None else 10))]))
     if early <= 0:
         return None
@@ -727,6 +730,8 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     fell, earlier, best = "", None, None
     if reward is not None:
         r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
+        if not np.abs(r.to_numpy()).max(initial=0.0) > 0:
+            return None  # a return of 0 in every record: its critic's loss is rounding, in no unit of a return
         k = cfg.value_loss_reward_records
         earlier = r[r.index < first]
         before, after = earlier.tail(k), r[r.index >= first].head(k)

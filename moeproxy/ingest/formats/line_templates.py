@@ -51,12 +51,27 @@ def _split(line: str) -> tuple[str, list[str], list[str]] | None:
     return "#".join(parts), parts, values  # (the line comes stripped: every part's ends meet a slot)
 
 
+# what ends one field of a printed record: ``[ 1000] Critic Loss1: 0.01 | Actor Loss: -0.2, KL: 0.9``
+FIELD_END = re.compile(r"[|,;()\[\]{}]|\s-\s")
+KEY_WORDS = 4  # a longer run of words before a ``:`` is a sentence, not a key
+
+
 def _names(parts: list[str]) -> list[str | None]:
-    """The metric name of each slot: the last word in the text before it (since the slot before)."""
+    """The metric name of each slot: the key before it when the text since the slot before ends in
+    ``:`` or ``=`` (its words in the field, ``Critic Loss1:`` -> ``critic loss1``, as the text
+    reader names a key), else the last word of that text (``Batch # Loss #`` -> ``loss``)."""
     out = []
     for text in parts[:-1]:
         words = WORD.findall(text)
-        out.append(words[-1].lower() if words else None)
+        if not words:
+            out.append(None)
+            continue
+        name = words[-1].lower()
+        if text.endswith((":", "=")):
+            key = WORD.findall(FIELD_END.split(text)[-1])
+            if 1 < len(key) <= KEY_WORDS:
+                name = " ".join(key).lower()
+        out.append(name)
     return out
 
 
@@ -84,7 +99,7 @@ def _step_slot(rows: list[tuple[list[str], list[str]]], names: list[str | None])
             candidates.append(i)
             if all(b > a for a, b in zip(ints, ints[1:])):
                 every.append(i)
-    named = [i for i in candidates if names[i] and COUNTER.match(names[i])]
+    named = [i for i in candidates if names[i] and COUNTER.match(names[i].split()[-1])]
     return (named or [i for i in every if names[i]] or every or candidates or [None])[0]
 
 
