@@ -1,13 +1,14 @@
 """Score moeproxy's diagnosis on labelled real public training logs (fields: shared/real-logs/README.md).
 
-    python bench/real_logs.py [DIR ...] [--cv] [--write-model FILE]
+    python bench/real_logs.py [DIR ...] [--cv] [--write-model FILE] [--model FILE]
 
 With no DIR, every labelled set under tests/fixtures/real/ is scored. Each file is diagnosed as
 `moeproxy diagnose FILE` does; a verdict counts when either rater gave it
 (``moeproxy.diagnose.evaluation``). ``--cv`` adds leave-one-source-out cross-validation of the two
 ways of choosing the root cause (LABELS.md's causal order, and a logistic regression over the
 findings; ``moeproxy.diagnose.verdict_model``) over every log scored; ``--write-model`` writes the
-learned model fitted on all of them as JSON.
+learned model fitted on all of them as JSON; ``--model FILE`` scores the DIRs' logs by such a model
+too, beside the causal order (a fresh set that neither the rules nor the model were made on).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def main(argv=None) -> int:
     ap.add_argument("folders", nargs="*", type=Path)
     ap.add_argument("--cv", action="store_true", help="leave-one-source-out cross-validation of both verdicts")
     ap.add_argument("--write-model", type=Path, help="write the learned verdict fitted on every log")
+    ap.add_argument("--model", type=Path, help="also score the logs by the learned verdict of FILE (from "
+                    "--write-model on other logs): the two ways of choosing compared on a set neither saw")
     args = ap.parse_args(argv)
     folders = args.folders or labelled_sets()
     history = REAL / "first_sight.json"
@@ -72,6 +75,13 @@ def main(argv=None) -> int:
         if args.write_model:
             args.write_model.write_text(fit(every).to_json())
             print(f"wrote {args.write_model}")
+    if args.model:
+        from moeproxy.diagnose.verdict_model import LearnedVerdict, held_out
+
+        print(f"\n== the causal order and the learned verdict of {args.model} on these {len(every)} logs")
+        for method, o in held_out(every, LearnedVerdict.from_json(args.model.read_text())).items():
+            print(f"{method:>8}: verdicts {o['right']}/{o['n']} ({100 * o['right'] / max(o['n'], 1):.1f} %), "
+                  f"onsets in range {o['onsets']}/{o['judged']}")
     return 0
 
 

@@ -134,19 +134,32 @@ def cross_validate(cases, c: float = 1.0) -> dict:
     for case in cases:
         by_source.setdefault(case.source, []).append(case)
     for source, held in by_source.items():
-        train = [case for case in cases if case.source != source]
-        model = fit(train, c)
-        for case in held:
-            picks = {"causal": (case.verdict, case.onset),
-                     "learned": model.predict(case.result) if case.result else ("error", None)}
-            for method, (verdict, onset) in picks.items():
-                o = out[method]
-                o["right"] += verdict in case.labels
-                epoch = next((f.get("epoch") for f in case.result.get("findings", [])
-                              if f.get("onset_step") == onset), None) if case.result else None
-                ok = onset_right(case, verdict, onset, epoch, case.onset_counters if onset == case.onset else None)
-                if ok is not None:
-                    o["judged"] += 1
-                    o["onsets"] += bool(ok)
-                o["predictions"][f"{case.set}/{case.file}"] = (verdict, onset)
+        _score_picks(out, held, fit([case for case in cases if case.source != source], c))
     return out
+
+
+def held_out(cases, model: LearnedVerdict) -> dict:
+    """Both ways of choosing scored on ``cases`` none of which ``model`` was fitted on (a fresh set):
+    the same figures as ``cross_validate``."""
+    out = {method: {"right": 0, "onsets": 0, "judged": 0, "n": len(cases), "predictions": {}}
+           for method in ("causal", "learned")}
+    _score_picks(out, cases, model)
+    return out
+
+
+def _score_picks(out: dict, cases, model: LearnedVerdict) -> None:
+    from moeproxy.diagnose.evaluation import onset_right
+
+    for case in cases:
+        picks = {"causal": (case.verdict, case.onset),
+                 "learned": model.predict(case.result) if case.result else ("error", None)}
+        for method, (verdict, onset) in picks.items():
+            o = out[method]
+            o["right"] += verdict in case.labels
+            epoch = next((f.get("epoch") for f in case.result.get("findings", [])
+                          if f.get("onset_step") == onset), None) if case.result else None
+            ok = onset_right(case, verdict, onset, epoch, case.onset_counters if onset == case.onset else None)
+            if ok is not None:
+                o["judged"] += 1
+                o["onsets"] += bool(ok)
+            o["predictions"][f"{case.set}/{case.file}"] = (verdict, onset)

@@ -13,7 +13,7 @@ import moeproxy.diagnose.detectors  # noqa: F401  (declarations)
 from moeproxy.diagnose.config import DiagnoseConfig
 from moeproxy.diagnose.evaluation import Case, source_of
 from moeproxy.diagnose.rules import CHAIN, RULES
-from moeproxy.diagnose.verdict_model import FEATURES, LearnedVerdict, cross_validate, fit
+from moeproxy.diagnose.verdict_model import FEATURES, LearnedVerdict, cross_validate, fit, held_out
 
 DIAGNOSE = Path(__file__).resolve().parents[2] / "moeproxy" / "diagnose"
 
@@ -78,6 +78,11 @@ def test_cross_validation_never_trains_on_the_held_out_source_and_the_model_is_p
     assert np.allclose(back.coef, model.coef)
     assert back.predict(cases[0].result)[0] == "divergence"
     assert back.predict(cases[1].result) == ("healthy", None)
+    # a fresh set scored by a model fitted elsewhere: both ways of choosing, on every log of it
+    fresh = [_case("o/new", "reward_collapse", [("divergence", 10), ("reward_collapse", 12)], "divergence", 10)]
+    out = held_out(fresh, back)
+    assert out["causal"]["right"] == 0 and out["causal"]["n"] == 1 and out["causal"]["judged"] == 1
+    assert out["learned"]["predictions"] == {f"t/{fresh[0].file}": back.predict(fresh[0].result)}
 
 
 def test_sources_group_by_repository():
