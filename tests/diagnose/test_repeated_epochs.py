@@ -85,3 +85,54 @@ def test_a_loss_that_came_down_in_its_first_records_and_then_never_moved_never_l
     values = np.concatenate([np.linspace(2.83, 2.62, 8), np.linspace(2.61, 1.9, 492)
                              + 0.006 * rng.standard_normal(492)])
     assert diagnose_series(_loss(np.round(values, 4)))["verdict"] == "healthy"
+
+
+def test_only_the_periods_that_can_hold_are_checked_and_the_answer_is_every_period_s():
+    # the cycle reader looks only at periods the log's last records (and the record before a run of
+    # one value it ends in) allow; its answer must be what trying every period gives, on logs made
+    # to repeat at several periods, to end in runs of one value, and to hold zeros
+    import re
+
+    import pandas as pd
+
+    from moeproxy.diagnose.config import DiagnoseConfig
+    from moeproxy.diagnose.detectors import gradient
+    from moeproxy.diagnose.series import RunSeries
+
+    cfg = DiagnoseConfig()
+
+    def every_period(s):
+        v = s.to_numpy(dtype=float)
+        for period in range(2, v.size - cfg.vanishing_min_records + 1):
+            same = np.abs(v[period:] - v[:-period]) <= cfg.same_value * np.abs(v[period:])
+            n_same = gradient._tail_run(same)
+            if n_same < cfg.vanishing_min_records:
+                continue
+            repeated = v[v.size - n_same:]
+            if np.unique(repeated).size < 2 or np.median([gradient._digits(x) for x in repeated]) < cfg.min_digits:
+                continue
+            if np.unique(v).size < cfg.cycle_distinct_share * min(period, v.size - period):
+                continue
+            return period
+        return None
+
+    rng = np.random.default_rng(7)
+    seen = set()
+    for trial in range(300):
+        period = int(rng.integers(2, 12))
+        cycle = np.round(rng.uniform(0.5, 2.0, period), 4)
+        head = np.round(rng.uniform(0.5, 3.0, int(rng.integers(0, 20))), 4)
+        body = np.tile(cycle, int(rng.integers(1, 4)))[: int(rng.integers(1, 3 * period + 1))]
+        tail = np.full(int(rng.integers(0, 9)), float(rng.choice([0.0, cycle[0], 1.2345])))
+        v = np.concatenate([head, body, tail, np.tile(cycle, 2)[: int(rng.integers(0, 2 * period + 1))]])
+        if rng.random() < 0.3:
+            v = np.concatenate([v, tail])
+        if v.size < cfg.vanishing_min_records + 2:
+            continue
+        s = pd.Series(v, index=np.arange(v.size))
+        found = gradient._repeated_cycle(RunSeries({"loss": s}), ("loss", s), cfg)
+        want = every_period(s)
+        got = int(re.search(r"the records (\d+) before them", found[0].evidence).group(1)) if found else None
+        assert got == want, (trial, v.tolist())
+        seen.add(want is not None)
+    assert seen == {True, False}

@@ -248,7 +248,23 @@ def _repeated_cycle(run: RunSeries, train: tuple[str, pd.Series], cfg: DiagnoseC
     name, s = train
     s = s[np.isfinite(s.to_numpy())]
     v = s.to_numpy(dtype=float)
-    for period in range(2, v.size - cfg.vanishing_min_records + 1):
+    if v.size < cfg.vanishing_min_records + 2:
+        return []
+    # only the periods that can hold are checked, shortest first (the same answer as trying every
+    # period, without comparing the whole log once per period: 12,000 records took 0.7 s): each of
+    # the last ``vanishing_min_records`` records equals the one that many records before it, and,
+    # where the log ends in a run of one value, so does the record before that run (a cycle of one
+    # value is loss_frozen's: the repeats must reach past it)
+    n = v.size
+    periods = np.arange(2, n - cfg.vanishing_min_records + 1)
+    tail = int(np.flatnonzero(v[::-1] != v[-1])[0]) if (v != v[-1]).any() else n  # records in the last run of one value
+    checks = range(n - cfg.vanishing_min_records, n)
+    if tail >= cfg.vanishing_min_records:
+        periods = periods[periods <= n - 1 - tail]
+        checks = [*checks, n - 1 - tail]
+    for i in checks:
+        periods = periods[np.abs(v[i] - v[i - periods]) <= cfg.same_value * np.abs(v[i])]
+    for period in periods.tolist():
         same = np.abs(v[period:] - v[:-period]) <= cfg.same_value * np.abs(v[period:])
         n_same = _tail_run(same)
         if n_same < cfg.vanishing_min_records:
