@@ -172,7 +172,12 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
                 attempt = _parse(src, other)
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
-            if measure(attempt) >= need and (kept is None or kept <= _evidence(attempt)):
+            enough = measure(attempt) >= need
+            if not enough and thin and parsed is not None:
+                # a thin winner's few values may be none the vocabulary knows (a run's closing summary
+                # dict before a notebook's progress table): ten times its known values, ten at least
+                enough = _known_values(attempt) >= max(10, 10 * _known_values(parsed) + 1)
+            if enough and (kept is None or kept <= _evidence(attempt)):
                 if not (thin or unknown):
                     parsed, log_format = attempt, other
                     break

@@ -82,3 +82,22 @@ def test_a_progress_bar_line_longer_than_a_window_does_not_stop_the_look_past_a_
     log.write_text("\n".join(preamble + [bars] + dicts) + "\n")
     frame = parse_file(log).frame
     assert len(frame[frame.metric == "loss"]) == 300
+
+
+def test_a_closing_summary_dict_does_not_hide_a_progress_table_of_known_metrics(tmp_path):
+    # a notebook's printed text: prose and a sample dict, the Trainer's progress table (25 rows of a
+    # known metric), then its closing TrainOutput dict; the dicts' six values, none but one a metric
+    # the vocabulary knows, won detection and are not a tenth of the table's values: the table's
+    # known values, ten times the dicts' and ten at least, take over
+    log = tmp_path / "cells.log"
+    prose = "".join(f"Problem {p}: she sold {p * 3} clips, then half as many, so {p * 3 // 2} more.\nGround truth: {p}\n"
+                    for p in range(50))
+    sample = "{'ground_truth': '72', 'prompt': [{'content': 'solve it', 'role': 'user'}]}\n"
+    table = "| Step | Training Loss |\n|---|---|\n" + "".join(f"| {s} | 0.000000 |\n" for s in range(2, 52, 2))
+    summary = ("{'train_runtime': 17085.29, 'train_samples_per_second': 0.006, 'train_steps_per_second': 0.003, "
+               "'total_flos': 0.0, 'train_loss': 0.0}\n")
+    log.write_text(sample + prose + table + summary)
+    parsed = parse_file(log)
+    names = set(parsed.frame["metric"])
+    assert "training loss" in names and len(parsed.frame[parsed.frame["metric"] == "training loss"]) == 25, \
+        (parsed.format, sorted(names))
