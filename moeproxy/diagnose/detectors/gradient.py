@@ -67,7 +67,10 @@ RULES = declare(VANISHING_GRADIENT, {
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
     "loss_at_chance": "a training loss that stays at ln(k), a k-way classifier's chance level, from the run's start "
                       "to its end: the model never learned more than the class prior",
-}, thresholds={"loss_at_chance": ("chance_classes", "chance_band", "never_learned_records"),
+    "entropy_frozen": "an RL policy's entropy at one value, to seven digits, in every record from the run's start: the "
+                      "policy's distribution never changed, no update reached it",
+}, thresholds={"entropy_frozen": ("never_learned_records", "same_value", "min_digits"),
+               "loss_at_chance": ("chance_classes", "chance_band", "never_learned_records"),
                "loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
                "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),
@@ -123,7 +126,7 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
                                    f"{int(tiny.sum())} records with {name} near zero (first: "
                                    f"{ev.rec(s, s.index[int(np.argmax(tiny))])}; e.g. GRPO groups with zero "
                                    f"reward variance): normal when scattered"))
-    out += _never_updated(run, cfg) or _empty_updates(run, cfg)
+    out += _never_updated(run, cfg) or _empty_updates(run, cfg) or _entropy_frozen(run, cfg)
     out += _frozen_losses(run, cfg) or _never_learned(run, cfg)
     found = run.resolve("lr")
     if found:
@@ -345,6 +348,27 @@ def _reward_at_floor(reward: tuple[str, pd.Series], cfg: DiagnoseConfig) -> Find
                    f"{name} is at its lowest value {fmt(float(r.min()))} on {int(floor.sum())} of {r.size} "
                    f"records from step {first} (last {q}: {int(floor[-q:].sum())}): every sample of the groups "
                    f"scored the same, so no update has anything to learn from")
+
+
+def _entropy_frozen(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    """LABELS.md "the run never learns at all", read on an RL policy's entropy: one value (to
+    ``same_value``, printed to ``min_digits`` or more: 1.9459 = ln 7, a uniform policy over seven
+    actions; 1.4189, an untrained unit Gaussian) in every one of ``never_learned_records`` records or
+    more, from the run's start to its end. Any update that reached the policy would have moved it."""
+    found = run.resolve("policy_entropy")
+    if found is None or not run.is_rl:
+        return []
+    name, s = found
+    s = s[np.isfinite(s.to_numpy())]
+    v = s.to_numpy(dtype=float)
+    if v.size < cfg.never_learned_records or v[-1] == 0 or _digits(v[-1]) < cfg.min_digits:
+        return []
+    if not (np.abs(v - v[-1]) <= cfg.same_value * abs(v[-1])).all() or not _from_run_start(run, s):
+        return []
+    first = int(s.index[0])
+    return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "entropy_frozen",
+                    f"{name} is {v[-1]:.7g} in all {v.size} records from the run's start at step {first} to "
+                    f"step {int(s.index[-1])}: the policy's distribution never changed, no update reached it")]
 
 
 def _from_run_start(run: RunSeries, s: pd.Series) -> bool:
