@@ -331,3 +331,20 @@ def test_keras_batch_lines_inside_an_epoch_count_on_across_epochs(tmp_path):
     summary.write_text("".join(f"Epoch {e}/3\n 250/250 ━━━━━━━━━━━━━━━━━━━━ 110s 439ms/step - loss: {400 - e}.5\n"
                                for e in (1, 2, 3)))
     assert sorted(_wide(parse_file(summary)).index) == [1, 2, 3]
+
+
+def test_a_keras_log_of_epoch_summaries_cut_short_mid_epoch_stays_read_by_epoch(tmp_path):
+    # a notebook's 31 epoch summaries, then the 32nd epoch's bar printed once as the cell was stopped
+    # (``18/375 ... ETA: 5s - loss: 0.7351``): one counted line after the epochs' records is no
+    # change of counter; read by epoch as before it, that line left out
+    lines = []
+    for e in range(1, 32):
+        lines += [f"Epoch {e}/40",
+                  f"375/375 [==============================] - 7s 19ms/step - loss: 0.73{35 - e // 8} - val_loss: 0.7399"]
+    lines += ["Epoch 32/40", " 18/375 [>.............................] - ETA: 5s - loss: 0.7351",
+              "<Figure size 640x480 with 10 Axes>"]
+    log = tmp_path / "vae.log"
+    log.write_text("\n".join(lines) + "\n")
+    wide = _wide(parse_file(log))
+    assert sorted(wide.index) == list(range(1, 32)), sorted(wide.index)[:5]
+    assert wide.loc[31, "val_loss"] == 0.7399

@@ -516,6 +516,12 @@ def parse_text(src: SourceFile) -> ParsedLog:
             resolved.append((entry_kind, counter, rank, line))
         entries = resolved
     kind = next((k for k in (STEPPED, BY_EPOCH, INDEXLESS) if counts[k]), STEPPED)
+    if counts[BY_EPOCH] > counts[STEPPED] and sum(
+            1 for entry in entries if entry[0] == BY_EPOCH and any(canonical_of(k) for k in entry[3])) > counts[STEPPED]:
+        # records by epoch are read only until the first counted record: more of them, of metrics the
+        # vocabulary knows, than counted records after it is a log by epoch ending in a few counted
+        # lines (a Keras epoch cut short mid-way, its batch bar printed), not a log by steps
+        kind = BY_EPOCH
     skipped += sum(counts) - counts[kind]
     if kind == STEPPED:
         entries = _steps_across_epochs(entries)
