@@ -15,6 +15,14 @@ from moeproxy.diagnose.taxonomy import HEALTHY
 _MARK = {"critical": "!!", "warning": " !", "info": " -"}
 
 
+def _count(value: float) -> str:
+    """A counter's value as the log prints it: a whole number in full (global_step 1105920, not
+    1.10592e+06), a fraction in short."""
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return f"{value:g}"
+
+
 def verdict_line(result: dict) -> str:
     """"divergence from step 1800 (time/total_timesteps 9000)": the verdict and its onset, in the
     log's step and, where it has them, its epochs and other counters; "healthy" alone."""
@@ -22,7 +30,7 @@ def verdict_line(result: dict) -> str:
     if verdict == HEALTHY or onset is None:
         return str(verdict)
     epoch = result.get("onset_epoch")
-    counters = ", ".join(f"{shown(n)} {v:g}" for n, v in (result.get("onset_counters") or {}).items())
+    counters = ", ".join(f"{shown(n)} {_count(v)}" for n, v in (result.get("onset_counters") or {}).items())
     return (f"{verdict} from step {onset}" + (f" (epoch {epoch:g})" if epoch is not None else "")
             + (f" ({counters})" if counters else ""))
 
