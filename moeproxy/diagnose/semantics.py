@@ -349,15 +349,20 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
         out.aliases["reward_mean"] = reading.read_as["reward_mean"] = reward
     # a return logged as 0 in every record (legged_gym clips a negative total to 0) was set aside as
     # never computed; the detectors still need to know the run earned no return at all
-    out.zero_return = next((n for n, why in reading.never_computed.items() if why.startswith("0 in all")
-                            and _is_reward_name(n)), None)
+    out.zero_return = next((n for n in reading.never_computed if _is_reward_name(n)
+                            and not np.any(np.nan_to_num(run.get(n).to_numpy(dtype=float), nan=1.0))), None)
     return out, reading
 
 
 def _is_reward_name(name: str) -> bool:
-    """A metric the reward's framework names or whose words name a reward or return (``_reward_by_name``)."""
+    """A metric the reward's framework names or whose words name a reward or return."""
+    return name.lower() in _REWARD_ALIASES or _names_a_reward(name)
+
+
+def _names_a_reward(name: str) -> bool:
+    """Its words name a reward or return and nothing that makes it another thing (``_NOT_REWARD_WORDS``)."""
     words = {w.lower() for w in _WORDS.findall(name)}
-    return name.lower() in _REWARD_ALIASES or bool(words & _REWARD_WORDS and not words & _NOT_REWARD_WORDS)
+    return bool(words & _REWARD_WORDS and not words & _NOT_REWARD_WORDS)
 
 
 _AVERAGE_WORDS = frozenset({"avg", "average", "mean"})
@@ -388,8 +393,7 @@ def _reward_by_name(run: RunSeries) -> str | None:
     (copies of it under other names count once); None when none or several."""
     found: list[str] = []
     for name in sorted(run.names):
-        words = {w.lower() for w in _WORDS.findall(name)}
-        if words & _REWARD_WORDS and not words & _NOT_REWARD_WORDS:
+        if _names_a_reward(name):
             if not any(run.get(name).equals(run.get(other)) for other in found):
                 found.append(name)
     return found[0] if len(found) == 1 else None

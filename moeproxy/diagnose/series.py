@@ -184,6 +184,13 @@ class RunSeries:
         return [(n, s) for n, s in self._series.items() if predicate(n)]
 
 
+def few_records(records: int, most: float, share: float) -> int:
+    """LABELS.md's "a few records" a spike may last and still be healthy, in a series of ``records``:
+    ``most`` (``spike_recover_records``), and never ``share`` of it or more (``spike_log_share``; at
+    least 3: three of 19 sparse records, each 1000 steps, is no blip)."""
+    return min(int(most), max(3, int(np.ceil(share * records))))
+
+
 def climb_margin(top: float, noise: float) -> float:
     """The least gain that is a reward still climbing: over three noise widths and over 2 % of its
     largest value ``top``."""

@@ -128,8 +128,7 @@ def cross_validate(cases, c: float = 1.0) -> dict:
     method, the verdicts right, the onsets right (of those judged) and the predictions."""
     from moeproxy.diagnose.evaluation import onset_right
 
-    out = {"causal": {"right": 0, "onsets": 0, "judged": 0, "n": len(cases), "predictions": {}},
-           "learned": {"right": 0, "onsets": 0, "judged": 0, "n": len(cases), "predictions": {}}}
+    out = _tally(len(cases))
     by_source: dict[str, list] = {}
     for case in cases:
         by_source.setdefault(case.source, []).append(case)
@@ -141,10 +140,14 @@ def cross_validate(cases, c: float = 1.0) -> dict:
 def held_out(cases, model: LearnedVerdict) -> dict:
     """Both ways of choosing scored on ``cases`` none of which ``model`` was fitted on (a fresh set):
     the same figures as ``cross_validate``."""
-    out = {method: {"right": 0, "onsets": 0, "judged": 0, "n": len(cases), "predictions": {}}
-           for method in ("causal", "learned")}
+    out = _tally(len(cases))
     _score_picks(out, cases, model)
     return out
+
+
+def _tally(n: int) -> dict:
+    """Per way of choosing: verdicts right, onsets right of those judged, logs, predictions."""
+    return {method: {"right": 0, "onsets": 0, "judged": 0, "n": n, "predictions": {}} for method in ("causal", "learned")}
 
 
 def _score_picks(out: dict, cases, model: LearnedVerdict) -> None:

@@ -165,6 +165,7 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
         # the winner read something: lose none of it
         kept = _evidence(parsed) if sparse or engine_only else None
         passing: list = []
+        known_before = _known_values(parsed) if thin and parsed is not None else 0
         for other in others:
             if other.name == LAST_RESORT and any(pair[1].name != LAST_RESORT for pair in passing):
                 continue  # (after a thin winner, the last resort is chosen only when no other passed)
@@ -176,7 +177,7 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
             if not enough and thin and parsed is not None:
                 # a thin winner's few values may be none the vocabulary knows (a run's closing summary
                 # dict before a notebook's progress table): ten times its known values, ten at least
-                enough = _known_values(attempt) >= max(10, 10 * _known_values(parsed) + 1)
+                enough = _known_values(attempt) >= max(10, 10 * known_before + 1)
             if enough and (kept is None or kept <= _evidence(attempt)):
                 if not (thin or unknown):
                     parsed, log_format = attempt, other

@@ -23,7 +23,7 @@ from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive, quarter_count
 from moeproxy.diagnose.semantics import lr_warmup_end_step, startup_end_step, zero_advantage_steps
 from moeproxy.vocabulary import is_validation_loss
-from moeproxy.diagnose.series import RunSeries, climb_margin
+from moeproxy.diagnose.series import RunSeries, climb_margin, few_records
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
 
@@ -277,10 +277,8 @@ def detect_series_divergence(name: str, kind: str, series, cfg: DiagnoseConfig,
         elif at_end:
             critical, tail = n_rec >= 2, "; it had not come back by the last record"
         else:
-            # LABELS.md: "a single spike that recovers within a few records" is healthy. A few:
-            # ``spike_recover_records``, and never a tenth of the log or more (three of 19 sparse
-            # records, each 1000 steps, is no blip)
-            few = min(cfg.spike_recover_records, max(3, int(np.ceil(cfg.spike_log_share * (last + 1)))))
+            # LABELS.md: "a single spike that recovers within a few records" is healthy
+            few = few_records(last + 1, cfg.spike_recover_records, cfg.spike_log_share)
             critical = n_rec >= few
             tail = f"; back in band after step {int(steps[d.end])}"
             # back in band, then calm for far longer than it was up (until the next excursion of
@@ -710,7 +708,8 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
     if len(vals) < 2 * cfg.min_history:
         return None
     reward = run.resolve_reward()
-    if reward is None and run.zero_return is not None:
+    returns = reward[1].to_numpy(dtype=float) if reward is not None else np.zeros(0)
+    if (run.zero_return is not None if reward is None else not np.abs(returns[np.isfinite(returns)]).max(initial=0.0) > 0):
         return None  # a return of 0 in every record: its critic's loss is rounding, in no unit of a return
     early = float(np.median(vals[:max(cfg.min_history, len(vals) // (50 if reward is not None else 10))]))
     if early <= 0:
@@ -729,9 +728,7 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
             break
     fell, earlier, best = "", None, None
     if reward is not None:
-        r = reward[1][np.isfinite(reward[1].to_numpy(dtype=float))]
-        if not np.abs(r.to_numpy()).max(initial=0.0) > 0:
-            return None  # a return of 0 in every record: its critic's loss is rounding, in no unit of a return
+        r = reward[1][np.isfinite(returns)]
         k = cfg.value_loss_reward_records
         earlier = r[r.index < first]
         before, after = earlier.tail(k), r[r.index >= first].head(k)

@@ -16,7 +16,7 @@ from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
 from moeproxy.diagnose.robust import fmt, head_level, holds_from, tail_level
-from moeproxy.diagnose.series import RunSeries
+from moeproxy.diagnose.series import RunSeries, few_records
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, WARNING, Finding
 from moeproxy.diagnose.rules import declare
@@ -107,9 +107,9 @@ def _trust_region_spikes(name: str, s, cfg: DiagnoseConfig) -> list[Finding]:
     out = []
     above = vals >= cfg.ppo_kl_ceiling
     starts = np.flatnonzero(above & ~np.r_[False, above[:-1]])
-    # LABELS.md: a spike that recovers "within a few records" is healthy; a few, as the loss's and
-    # grad norm's spikes count them (``multi_record_spike``), and never a tenth of the log
-    few = min(cfg.spike_recover_records, max(3, int(np.ceil(cfg.spike_log_share * len(vals)))))
+    # LABELS.md: a spike that recovers "within a few records" is healthy (a few, as the loss's and grad
+    # norm's spikes count them)
+    few = few_records(len(vals), cfg.spike_recover_records, cfg.spike_log_share)
     for i in starts:
         j = i
         while j + 1 < len(vals) and above[j + 1]:

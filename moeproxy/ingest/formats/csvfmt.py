@@ -143,7 +143,7 @@ def parse_csv(src: SourceFile) -> ParsedLog:
         named = dict(header=None, names=[f"column_{i + 1}" for i in range(len(first))]) if headerless else {}
         if not headerless:
             # rows wider than the header, most of them (the first and last 200 rows looked at)
-            body = [l.replace("\r", "") for l in text.split("\n", 401)[1:401] + text[-65536:].split("\n")[-200:]]
+            body = [l.replace("\r", "") for l in text[:65536].split("\n")[1:400] + text[-65536:].split("\n")[-200:]]
             try:
                 width = _table_width(len(first), [len(r) for r in csv.reader([l for l in body if l.strip()], delimiter=sep)])
             except csv.Error:  # a quoted cell across lines: the header's width, pandas reads the rest

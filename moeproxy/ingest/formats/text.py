@@ -516,7 +516,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
             resolved.append((entry_kind, counter, rank, line))
         entries = resolved
     kind = next((k for k in (STEPPED, BY_EPOCH, INDEXLESS) if counts[k]), STEPPED)
-    if counts[BY_EPOCH] > counts[STEPPED] and sum(
+    if 0 < counts[STEPPED] < counts[BY_EPOCH] and sum(
             1 for entry in entries if entry[0] == BY_EPOCH and any(canonical_of(k) for k in entry[3])) > counts[STEPPED]:
         # records by epoch are read only until the first counted record: more of them, of metrics the
         # vocabulary knows, than counted records after it is a log by epoch ending in a few counted
