@@ -48,6 +48,8 @@ thresholds(
                        "logger re-recording its last values, each counted once"),
     copies_blocks=(3, "... in this many blocks or more"),
     copies_usual_share=(0.6, "... this share of them of one usual length (a frozen end is one block)"),
+    zero_start_records=(8, "records a loss needs for its exact 0 in the first of them (and not in most of the "
+                           "others) to say it is an RL surrogate's"),
 )
 
 # The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
@@ -351,7 +353,23 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
     # never computed; the detectors still need to know the run earned no return at all
     out.zero_return = next((n for n in reading.never_computed if _is_reward_name(n)
                             and not np.any(np.nan_to_num(run.get(n).to_numpy(dtype=float), nan=1.0))), None)
+    out.surrogate_loss = loss_starts_at_zero(out, cfg)
     return out, reading
+
+
+def loss_starts_at_zero(run: RunSeries, cfg: DiagnoseConfig | None = None) -> bool:
+    """The loss exactly 0 in its first record and not in most of the others: an RL surrogate at the
+    reference policy (TRL's GRPO loss is its KL term, 0 before the first update; a progress table
+    may log it with no reward beside it). A model's cross-entropy or error is never 0 before it
+    has trained."""
+    cfg = cfg or DiagnoseConfig()
+    found = run.resolve("loss")
+    if found is None:
+        return False
+    vals = found[1].to_numpy(dtype=float)
+    vals = vals[np.isfinite(vals)]
+    return (len(vals) >= cfg.zero_start_records and vals[0] == 0
+            and 2 * np.count_nonzero(vals[1:]) > len(vals) - 1)
 
 
 def _is_reward_name(name: str) -> bool:

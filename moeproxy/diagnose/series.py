@@ -51,6 +51,8 @@ class RunSeries:
         self.aliases: dict[str, str] = {}
         # a reward-named metric 0 in every record, set aside by the data stage (``semantics``)
         self.zero_return: str | None = None
+        # the loss is an RL surrogate though no reward is logged beside it (``semantics``)
+        self.surrogate_loss = False
         for name, s in series.items():
             s = pd.Series(s, dtype="float64")
             s.index = pd.Index(np.asarray(s.index, dtype="int64"), name="step")
@@ -135,6 +137,8 @@ class RunSeries:
         beside a token accuracy and no reward or KL is a supervised run's token entropy (TRL's
         SFTTrainer logs both), not a policy's."""
         if any(self.resolve(name) is not None for name in RL_SIGNALS if name != "policy_entropy"):
+            return True
+        if self.surrogate_loss:
             return True
         return (self.resolve("policy_entropy") is not None
                 and not any("token_accuracy" in name for name in self._series))

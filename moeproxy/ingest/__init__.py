@@ -136,7 +136,7 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     # config dicts, repeated at each restart, before its ``Epochs: 3 | loss_train: 1.1`` lines):
     # every reader that reads a known metric is tried, and the one that reads most of them takes over
     unknown = not (thin or sparse or engine_only) and parsed.skipped_lines > 0 and _known_values(parsed) == 0
-    if (thin or sparse or engine_only or unknown) and fmt == "auto":
+    if (thin or sparse or engine_only or unknown) and fmt == "auto" and not (parsed is not None and log_format.reads_inner):
         from moeproxy.ingest.detect import past_preamble, runners_up
         from moeproxy.ingest.registry import FORMATS
 

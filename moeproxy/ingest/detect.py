@@ -16,8 +16,8 @@ from moeproxy.ingest.source import SourceFile, open_source
 def detect_format(src: SourceFile) -> LogFormat:
     best = _best(src)
     if best is None:  # a long preamble (shell trace, environment, Ray start-up) may hide the format
-        for _ in src.sniff_windows():
-            best = _best(src, text_only=True)
+        for start in src.sniff_windows():
+            best = _window_best(src, start)
             if best is not None:
                 break
     if best is None:
@@ -56,10 +56,10 @@ def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
     looked like another's."""
     found: list[LogFormat] = []
     same = 0  # windows in a row, since the first find, whose format was one already seen
-    for looked, _ in enumerate(src.sniff_windows(), 1):
+    for looked, start in enumerate(src.sniff_windows(), 1):
         if not found and looked > PREAMBLE_WINDOWS:
             break
-        best = _best(src, text_only=True)
+        best = _window_best(src, start)
         if best is not None and best[1] is not exclude and best[1] not in found:
             found.append(best[1])
             same = 0
@@ -71,6 +71,13 @@ def past_preamble(src: SourceFile, exclude: LogFormat) -> list[LogFormat]:
                 break
     return found
 
+
+
+def _window_best(src: SourceFile, start: int) -> tuple[float, LogFormat] | None:
+    """``_best`` of text formats on the window that ``sniff_windows`` shows at ``start``, read once."""
+    if start not in src.window_best:
+        src.window_best[start] = (_best(src, text_only=True),)
+    return src.window_best[start][0]
 
 
 def _best(src: SourceFile, text_only: bool = False) -> tuple[float, LogFormat] | None:

@@ -71,6 +71,11 @@ class LogFormat:
     # the order among formats: sniffers run, and ties go, lowest first (specific formats before the
     # generic text reader); a format's own number, so that no list elsewhere orders them
     priority: int = 100
+    # the format takes a log's text out of a wrapper (a notebook's cell outputs) and reads it as a
+    # file of its own, with every reader and every fallback: its answer is not read again by the
+    # others on the wrapper's bytes (a notebook's JSON read as text costs seconds, reads the same
+    # lines in quotes, and HTML where the inner reading has the tables)
+    reads_inner: bool = False
 
 
 FORMATS: Registry[LogFormat] = Registry("log format")

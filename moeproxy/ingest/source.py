@@ -99,6 +99,9 @@ class SourceFile:
     # a reader's context from the bytes before these (a watched file's earlier chunks): readers whose
     # records depend on earlier lines take it up and hand theirs on in ``ParsedLog.carry``
     carry: dict | None = None
+    # detection's best text format for each window past the head, by the window's start offset:
+    # the look past a preamble (``detect_format``, then ``past_preamble``) reads each window once
+    window_best: dict[int, tuple] = field(default_factory=dict)
 
     def nul_warnings(self) -> list[str]:
         """One warning per NUL run read (merged, each named by its byte range), at most ten."""

@@ -54,6 +54,26 @@ def test_a_notebook_whose_table_is_html_only(tmp_path):
     _check(parsed, 25)
 
 
+def test_a_notebooks_table_after_thousands_of_printed_lines_is_read(tmp_path):
+    # a GRPO notebook prints its sampled completions (prose, 9,000 lines: further than detection
+    # looks past a preamble) before the Trainer's HTML table, and a TrainOutput dict after it: the
+    # outputs' tables are read on their own and take over from the thin reading of the text
+    samples = [f"Question {i}: how many apples does Ann have left after giving {i % 7} away?\n" for i in range(9000)]
+    closing = "TrainOutput(global_step=30, training_loss=0.0123, metrics={'train_runtime': 812.5, 'train_loss': 0.0123})\n"
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "source": ["trainer.train()"], "metadata": {}, "execution_count": 3,
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": samples},
+                     {"output_type": "display_data", "metadata": {},
+                      "data": {"text/plain": ["<IPython.core.display.HTML object>"], "text/html": [_table(30)]}},
+                     {"output_type": "execute_result", "metadata": {}, "execution_count": 3,
+                      "data": {"text/plain": [closing]}}]}]}
+    path = tmp_path / "grpo-samples.ipynb"
+    path.write_text(json.dumps(nb))
+    parsed = parse_file(path)
+    assert parsed.format == "notebook/table"
+    _check(parsed, 30)
+
+
 def test_a_page_without_a_table_of_rows_is_refused_by_name(tmp_path):
     page = tmp_path / "empty.html"
     page.write_text("<html><body><table><tr><th>Step</th><th>Loss</th></tr></table></body></html>\n")

@@ -30,9 +30,11 @@ def _text(value) -> str:
     return value if isinstance(value, str) else ""
 
 
-def output_text(doc: dict) -> tuple[str, int]:
-    """(the text of every cell output in order, how many outputs gave text)."""
+def output_text(doc: dict) -> tuple[str, int, str]:
+    """(the text of every cell output in order, how many outputs gave text, the text of the
+    outputs' HTML tables alone)."""
     parts: list[str] = []
+    table_parts: list[str] = []
     cells = doc.get("cells")
     if not isinstance(cells, list):  # nbformat 3 kept the cells in worksheets
         cells = [c for ws in doc.get("worksheets") or [] if isinstance(ws, dict) for c in ws.get("cells") or []]
@@ -51,6 +53,8 @@ def output_text(doc: dict) -> tuple[str, int]:
                 # the Hugging Face Trainer's progress table is HTML only (its text/plain is
                 # ``<IPython.core.display.HTML object>``): its tables, as Markdown
                 tables = tables_as_text(html)[0] if html and TABLE_OPEN.search(html) else ""
+                if tables:
+                    table_parts.append(tables)
                 text = tables or _text(data.get("text/plain") if "text/plain" in data else data.get("text"))
             elif kind in ("error", "pyerr"):
                 text = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"
@@ -58,7 +62,7 @@ def output_text(doc: dict) -> tuple[str, int]:
                 text = ""
             if text:
                 parts.append(text if text.endswith("\n") else text + "\n")
-    return "".join(parts), len(parts)
+    return "".join(parts), len(parts), "\n".join(table_parts)
 
 
 def sniff_notebook(src: SourceFile) -> float:
@@ -71,7 +75,7 @@ def sniff_notebook(src: SourceFile) -> float:
 
 
 def parse_notebook(src: SourceFile) -> ParsedLog:
-    from moeproxy.ingest import parse_file
+    from moeproxy.ingest import _known_values, parse_file
 
     try:
         doc = json.loads(src.read_text(whole=True))
@@ -79,7 +83,7 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
         raise InputError(f"{src.path}: a Jupyter notebook that is not valid JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise InputError(f"{src.path}: not a Jupyter notebook (its JSON is not an object)")
-    text, outputs = output_text(doc)
+    text, outputs, tables = output_text(doc)
     if not text.strip():
         raise InputError(f"{src.path}: a Jupyter notebook with no cell output to read as a log")
     with tempfile.TemporaryDirectory(prefix="moeproxy-nb-") as folder:
@@ -90,6 +94,18 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
         except InputError as exc:
             message = str(exc).replace(str(inner_path), f"{src.path} (its cell outputs)")
             raise InputError(message) from None
+        if tables.strip():
+            # the outputs' HTML tables read on their own (a Trainer's progress table printed after
+            # thousands of lines of sampled completions, further than detection looks past a
+            # preamble): they take over when they hold more values of known metrics
+            table_path = Path(folder) / (src.path.stem + ".tables.md")
+            table_path.write_text(tables, encoding="utf-8")
+            try:
+                in_tables = parse_file(table_path)
+            except InputError:
+                in_tables = None
+            if in_tables is not None and (_known_values(in_tables), len(in_tables.rows)) > (_known_values(inner), len(inner.rows)):
+                inner, inner_path = in_tables, table_path
     notes = [f"read from the text of {outputs} cell output(s) of a Jupyter notebook"] + inner.notes
     warnings = [w.replace(str(inner_path), f"{src.path} (its cell outputs)").replace(os.path.basename(inner_path), src.path.name)
                 for w in inner.warnings]
@@ -98,4 +114,5 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
 
 
 register(LogFormat("notebook", "a Jupyter notebook: the training log printed in its cell outputs",
-                   sniff_notebook, parse_notebook, top_score=1.0, appendable=False, priority=5))
+                   sniff_notebook, parse_notebook, top_score=1.0, appendable=False, priority=5,
+                   reads_inner=True))

@@ -17,6 +17,7 @@ step being attempted.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from moeproxy.ingest.events import NONFINITE_CRASH, bar_step, overflow_record
 from moeproxy.ingest.names import canonical_of, guess_framework
@@ -569,12 +570,25 @@ LOOK_PAST_RECORDS = 8
 
 def sniff_text(src: SourceFile) -> float:
     lines = [l for l in src.head_lines() if l.strip()]
+    # the first HEAD_BYTES of a line hold its step counter and first pairs: a record wider than
+    # that (thousands of per-expert values) is judged by them, at the cost of a head, not of the line
+    stripped: dict[int, str] = {}  # each line stripped, and its pairs, once for every test below
+    pairs: dict[int, dict[str, float]] = {}
+
+    def line_at(i: int) -> str:
+        if i not in stripped:
+            stripped[i] = _strip(lines[i][:HEAD_BYTES])
+        return stripped[i]
+
+    def pairs_of(i: int) -> dict[str, float]:
+        if i not in pairs:
+            pairs[i] = extract_pairs(line_at(i))
+        return pairs[i]
+
     with_step = 0
     header = epoch_alone = False
-    for raw in lines:
-        # the first HEAD_BYTES of a line hold its step counter and first pairs: a record wider than
-        # that (thousands of per-expert values) is judged by them, at the cost of a head, not of the line
-        line = _strip(raw[:HEAD_BYTES])
+    for i in range(len(lines)):
+        line = line_at(i)
         if STEP_HEADER.match(line):
             header = True
             continue
@@ -585,11 +599,11 @@ def sniff_text(src: SourceFile) -> float:
         bar = KERAS_BAR.match(line)
         if bar and extract_pairs(line[bar.end():]):
             with_step += 1  # Keras' progress bar, within the epoch or closing it
-        elif after_epoch and len(extract_pairs(line)) >= 2:
+        elif after_epoch and len(pairs_of(i)) >= 2:
             with_step += 1  # Keras: ``Epoch 3/15``, then the epoch's metrics on the progress line
         elif hit is not None and extract_pairs(hit[1]):
             with_step += 1
-        elif hit is None and header and (extract_pairs(line) or bare_pair(line)):
+        elif hit is None and header and (pairs_of(i) or bare_pair(line)):
             with_step += 1
         elif hit is None and (epoch := find_epoch(line)) and extract_pairs(epoch[1]):
             with_step += 1
@@ -601,10 +615,10 @@ def sniff_text(src: SourceFile) -> float:
         return 0.4  # many counted records: a pasted table or key=value config before them is preamble
     if with_step:
         return 0.3
-    if _mostly_pairs(lines):
+    if _mostly_pairs((pairs_of(i) for i in range(len(lines))), len(lines)):
         return 0.2
     # one metric a line, no counter: the least likely reading, taken only where no other fits
-    return 0.1 if _one_metric_key(extract_pairs(_strip(raw[:HEAD_BYTES])) for raw in lines) is not None else 0.0
+    return 0.1 if _one_metric_key(pairs_of(i) for i in range(len(lines))) is not None else 0.0
 
 
 def _one_metric_key(records) -> str | None:
@@ -625,14 +639,14 @@ def _one_metric_key(records) -> str | None:
     return key if count >= LOOK_PAST_RECORDS and 2 * count >= sum(keys.values()) else None
 
 
-def _mostly_pairs(lines: list[str]) -> bool:
-    """At least half the lines (and two) hold two or more pairs; stops reading once that cannot hold
-    (a preamble window of tracebacks is answered in a few lines, not all of them)."""
-    need = max(2, len(lines) // 2)
-    allowed_misses = len(lines) - need
+def _mostly_pairs(records: Iterable[dict], n: int) -> bool:
+    """At least half the ``n`` lines' records (and two) hold two or more pairs; stops reading once
+    that cannot hold (a preamble window of tracebacks is answered in a few lines, not all of them)."""
+    need = max(2, n // 2)
+    allowed_misses = n - need
     hits = misses = 0
-    for raw in lines:
-        if len(extract_pairs(_strip(raw[:HEAD_BYTES]))) >= 2:
+    for record in records:
+        if len(record) >= 2:
             hits += 1
             if hits >= need:
                 return True

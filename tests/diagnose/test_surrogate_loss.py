@@ -1,0 +1,48 @@
+"""A loss exactly 0 in its first record is an RL surrogate's, not a model's error: TRL's GRPO loss is
+its KL term, 0 at the reference policy before the first update, and its progress table may log it
+with no reward beside it. Its climb from 0 to the KL's usual level, and its one-record spikes, are
+no divergence; a supervised loss (never 0 before training) is judged as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from moeproxy.diagnose import diagnose_series
+from moeproxy.diagnose.semantics import loss_starts_at_zero, read_data
+from moeproxy.diagnose.series import RunSeries
+
+
+def _grpo_loss(n: int = 600) -> pd.Series:
+    rng = np.random.default_rng(5)
+    kl_level = 0.02 * (1 - np.exp(-np.arange(n) / 40.0))               # beta * KL grows from 0, then holds
+    loss = kl_level * rng.lognormal(0.0, 0.5, n)
+    loss[:3] = 0.0                                                      # before the first update
+    for at, size in ((213, 2.1), (309, 7.5), (475, 3.6)):              # one-batch KL spikes, back next record
+        loss[at] = size
+    return pd.Series(loss, index=np.arange(1, n + 1))
+
+
+def test_a_grpo_loss_that_starts_at_zero_is_read_as_an_rl_surrogate():
+    loss = _grpo_loss()
+    run, _ = read_data(RunSeries({"loss": loss}))
+    assert run.surrogate_loss and run.is_rl
+    res = diagnose_series({"loss": loss})
+    assert res["verdict"] == "healthy", res["findings"][:3]
+
+
+def test_a_supervised_loss_that_climbs_is_still_a_divergence():
+    n = 600
+    rng = np.random.default_rng(6)
+    loss = np.concatenate([np.linspace(2.5, 1.2, 300), np.linspace(1.2, 7.0, 300)]) * rng.lognormal(0, 0.02, n)
+    series = pd.Series(loss, index=np.arange(1, n + 1))
+    assert not loss_starts_at_zero(RunSeries({"loss": series}))
+    res = diagnose_series({"loss": series})
+    assert res["verdict"] == "divergence", res["findings"][:3]
+
+
+def test_a_loss_zero_in_most_records_or_too_short_is_not_a_surrogate():
+    zeros = pd.Series(np.r_[0.0, np.zeros(40), np.full(9, 0.3)], index=np.arange(50))   # mostly 0: another reading
+    short = pd.Series([0.0, 0.01, 0.02, 0.02, 0.03], index=np.arange(5))
+    assert not loss_starts_at_zero(RunSeries({"loss": zeros}))
+    assert not loss_starts_at_zero(RunSeries({"loss": short}))
