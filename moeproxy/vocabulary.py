@@ -83,6 +83,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "environment/group cumulative reward",
         # CleanRL's return of each finished episode; the on-policy MAPPO code's mean episode reward
         "charts/episodic_return", "episodic_return", "average_episode_rewards",
+        # rl_games (Isaac Gym's trainers): the mean episode reward against frames (its ``rewards/iter``
+        # and ``rewards/time`` are the same values against epochs and seconds)
+        "rewards/step",
     ),
     "reward_std": ("reward_std", "train/reward_std"),                              # TRL: mean of the groups' stds
     "zero_std_share": ("frac_reward_zero_std", "train/frac_reward_zero_std"),      # TRL: share of groups all equal

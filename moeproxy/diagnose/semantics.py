@@ -71,6 +71,7 @@ class DataReading:
     read_as: dict[str, str] = field(default_factory=dict)            # canonical -> the metric read as it
     replicas: dict[str, int] = field(default_factory=dict)           # family ``Loss_device/train_<n>`` -> members set aside
     copies: int = 0                                                  # records that re-record the one before
+    other_axes: dict[str, str] = field(default_factory=dict)         # ``rewards/iter`` -> ``rewards/step`` it repeats
 
     def to_dict(self) -> dict:
         return {"never_computed": dict(self.never_computed), "masked": dict(self.masked),
@@ -78,7 +79,8 @@ class DataReading:
                 "last_step": self.last_step, "step_gap": self.step_gap} | (
                     {"read_as": dict(self.read_as)} if self.read_as else {}) | (
                     {"replicas": dict(self.replicas)} if self.replicas else {}) | (
-                    {"copies": self.copies} if self.copies else {})
+                    {"copies": self.copies} if self.copies else {}) | (
+                    {"other_axes": dict(self.other_axes)} if self.other_axes else {})
 
 
 def _core_names(run: RunSeries) -> set[str]:
@@ -293,9 +295,10 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
         run = RunSeries({n: run.get(n).drop(copies, errors="ignore") for n in run.names})
         run.aliases.update(aliases)
     core = _core_names(run)
+    reading.other_axes = other_axes(run.names)
     # metrics logged at each step: a partial last record logs fewer than the others
     counts = pd.Series(dtype="int64")
-    for name in run.names:
+    for name in (n for n in run.names if n not in reading.other_axes):
         s = run.get(name)
         counts = counts.add(pd.Series(1, index=s.index), fill_value=0)
     reading.records = int(len(counts))
@@ -307,7 +310,7 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
     kept: dict[str, pd.Series] = {}
     replicas = replica_families(run, cfg)
     reading.replicas = {family: len(members) for family, members in replicas.items()}
-    set_aside = {name for members in replicas.values() for name in members}
+    set_aside = {name for members in replicas.values() for name in members} | set(reading.other_axes)
     for name in run.names:
         if name in set_aside:
             continue
@@ -435,6 +438,29 @@ def _sole_error_measure(names: list[str]) -> str | None:
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+# rl_games logs each of its curves three times, against frames (``rewards/step``), epochs
+# (``rewards/iter``) and seconds (``rewards/time``); TensorBoard keeps each with its own x-axis
+OTHER_AXES = ("/iter", "/time")
+
+
+def other_axes(names) -> dict[str, str]:
+    """The metrics that repeat a ``.../step`` metric against another x-axis (epochs, seconds):
+    {metric: the one it repeats}. Read on one step counter beside the others, their epochs and
+    seconds would be records of their own."""
+    names = set(names)
+    out = {}
+    for name in sorted(names):
+        for axis in OTHER_AXES:
+            if not name.endswith(axis):
+                continue
+            by_step = name[: -len(axis)] + "/step"
+            hit = canonical_of(by_step)  # (stored under its canonical name: ``rewards/step`` is the reward)
+            kept = by_step if by_step in names else hit[0] if hit is not None and hit[0] in names else None
+            if kept is not None:
+                out[name] = kept
+    return out
 
 
 def replica_families(run: RunSeries, cfg: DiagnoseConfig | None = None) -> dict[str, list[str]]:

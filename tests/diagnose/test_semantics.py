@@ -360,3 +360,22 @@ def test_an_rl_loss_column_of_zeros_beside_a_policy_loss_that_moves_was_never_fi
     assert "loss" in res["data"]["never_computed"]
     assert not any(f["rule"] == "updates_empty" for f in res["findings"])
     assert res["data"]["read_as"].get("loss") == "actor_pg_loss"
+
+
+def test_rl_games_curves_against_epochs_and_seconds_are_set_aside():
+    # rl_games logs its mean reward against frames (``rewards/step``, read as the reward), epochs
+    # (``rewards/iter``) and seconds (``rewards/time``): on one step counter the epochs and seconds
+    # would double the records and shrink the step gap to 1
+    frames = np.arange(1, 41) * 8192
+    reward = np.linspace(-2.0, 40.0, 40)
+    run = RunSeries({"reward_mean": pd.Series(reward, index=frames),
+                     "rewards/iter": pd.Series(reward, index=np.arange(1, 41)),
+                     "rewards/time": pd.Series(reward, index=np.arange(1, 41) * 37),
+                     "episode_lengths/step": pd.Series(np.full(40, 360.0), index=frames),
+                     "episode_lengths/iter": pd.Series(np.full(40, 360.0), index=np.arange(1, 41)),
+                     "losses/c_loss": pd.Series(np.linspace(0.3, 0.1, 40), index=frames)})
+    out, reading = read_data(run)
+    assert reading.other_axes == {"rewards/iter": "reward_mean", "rewards/time": "reward_mean",
+                                  "episode_lengths/iter": "episode_lengths/step"}
+    assert set(out.names) == {"reward_mean", "episode_lengths/step", "losses/c_loss"}
+    assert reading.records == 40 and reading.step_gap == 8192

@@ -46,3 +46,23 @@ def test_a_loss_zero_in_most_records_or_too_short_is_not_a_surrogate():
     short = pd.Series([0.0, 0.01, 0.02, 0.02, 0.03], index=np.arange(5))
     assert not loss_starts_at_zero(RunSeries({"loss": zeros}))
     assert not loss_starts_at_zero(RunSeries({"loss": short}))
+
+
+def test_a_policy_loss_that_swings_while_the_reward_climbs_broke_nothing():
+    # a GRPO surrogate over group-normalised advantages swings to x100 its usual size on a few
+    # records (groups of near-equal rewards over a tiny std) while the reward climbs to the end
+    n, rng = 300, np.random.default_rng(8)
+    steps = np.arange(1, n + 1)
+    loss = rng.normal(0.0, 0.6, n)
+    for at in (40, 95, 150, 205, 260, 290):
+        loss[at] = -rng.uniform(70, 170)
+    reward = np.linspace(0.2, 0.9, n) + rng.normal(0, 0.05, n)
+    res = diagnose_series({"loss": pd.Series(loss, index=steps), "reward_mean": pd.Series(reward, index=steps)})
+    rules = {f["rule"]: f["severity"] for f in res["findings"]}
+    assert rules.get("policy_loss_swings_reward_up") == "warning", res["findings"][:3]
+    assert res["verdict"] == "healthy", res["findings"][:3]
+    # the same swings with the reward falling away after them: the policy blew up
+    fallen = reward.copy()
+    fallen[45:] = np.linspace(0.3, 0.05, n - 45) + rng.normal(0, 0.02, n - 45)
+    res = diagnose_series({"loss": pd.Series(loss, index=steps), "reward_mean": pd.Series(fallen, index=steps)})
+    assert res["verdict"] == "divergence", res["findings"][:3]

@@ -60,6 +60,8 @@ thresholds(
                                "seen is a blow-up whatever the return did (a return that grew from 0 has no ratio)"),
     part_rise_factor=(2.0, "a logged part of the loss that rose this many times more than the total: the jump is "
                            "in the objective, not in how the loss is printed"),
+    policy_swing_level=(10.0, "a policy loss whose last quarter's size is within this multiple of its first "
+                              "quarter's swung on single records and came back each time"),
     value_loss_reward_records=(10, "a value-loss blow-up counts when the reward over this many records from it "
                                    "is below that over as many before it"),
 )
@@ -71,6 +73,8 @@ RULES = declare(DIVERGENCE, {
     "huge_spike": "one record 100x the median before it that does not come back",
     "grad_blowup": "grad norm 100x the run's median, repeatedly",
     "policy_loss_blowup": "an RL policy loss 100x its usual size, repeatedly (importance ratios blew up)",
+    "policy_loss_swings_reward_up": "an RL policy loss 100x its usual size while the reward climbs on: the "
+                                    "surrogate's swings broke nothing (a warning)",
     "value_loss_blowup": "an RL critic's value loss 100x its usual size, repeatedly (the value function blew up)",
     "large_spike": "a 10x spike that came back within two records",
     "isolated_spike": "short spikes that came back (not divergence)",
@@ -90,6 +94,7 @@ RULES = declare(DIVERGENCE, {
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor",
                                       "rare_spike_share", "tie_records"),
+               "policy_loss_swings_reward_up": ("grad_blowup_factor", "policy_loss_floor", "policy_swing_level"),
                "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "value_loss_reward_records",
                                      "value_error_share", "value_error_beyond", "critic_still_climbing"),
                "contradicted_by_validation": ("validation_rise",)})
@@ -606,6 +611,14 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                                f"the size of the RL policy loss |{policy[0]}|", cfg.policy_loss_floor,
                                reward=run.resolve_reward(), kl=run.resolve("kl"))
         if hit is not None and not _grew_with_return(policy[1], run.resolve_reward(), cfg):
+            climbed = run.reward_climbs_after(hit.onset_step)
+            if climbed is not None and _swings_only(policy[1], cfg):
+                # LABELS.md: a blow-up is lasting damage; a surrogate whose size swings (a group of
+                # near-equal rewards over a tiny std) while the reward keeps climbing broke nothing
+                name, _, _ = climbed
+                hit = Finding(DIVERGENCE, hit.onset_step, WARNING, hit.metric, "policy_loss_swings_reward_up",
+                              f"{hit.evidence}; but {name} rose {ev.level_change(run.get(name), hit.onset_step)}: "
+                              f"the policy kept improving")
             out.append(hit)
     # (an offline RL log may hold only an evaluation return, or several returns none of which is read
     # as the reward: a critic's loss named as only RL names it says the run is RL's)
@@ -616,6 +629,19 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 out.append(hit)
                 break
     return out
+
+
+def _swings_only(loss, cfg: DiagnoseConfig) -> bool:
+    """The size of a policy loss back at its usual level between its big records: its last
+    quarter's median within ``policy_swing_level`` times its first quarter's (swings on single
+    records, not a loss that grew and stayed grown)."""
+    v = np.abs(loss.to_numpy(dtype=float))
+    v = v[np.isfinite(v)]
+    k = quarter_count(len(v)) if len(v) else 0
+    if k == 0:
+        return False
+    first, last = float(np.median(v[:k])), float(np.median(v[-k:]))
+    return last <= cfg.policy_swing_level * max(first, 1e-12)
 
 
 def _grew_with_return(loss, reward, cfg: DiagnoseConfig) -> bool:

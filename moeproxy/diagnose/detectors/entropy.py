@@ -30,6 +30,8 @@ thresholds(
     entropy_update_drop=(0.5, "an entropy below this share of the record before, within a long log's first twentieth: "
                               "one update that dropped it (its start is the level before)"),
     entropy_blowup_min_rise=(0.05, "... and up by this many nats at least (0.001 -> 0.004 is still deterministic)"),
+    entropy_climb_from=(1.3, "a blow-up's climb starts where its level last stood under this multiple of the start: "
+                             "the policy that spreads out steadily has blown up from there, not from the doubling"),
     entropy_floor_stays=(0.7, "... from the first record below the floor, this share of the rest stays below it (chosen "
                               "on every labelled log: 0.6-0.8 all gain on development and held-out sets alike, "
                               "+5 verdicts -1 at 0.7; 0.9 asked a PPO entropy bonus's late re-spread to undo it)"),
@@ -55,7 +57,7 @@ RULES = declare(DIVERGENCE, {
     "action_std_blowup": "a Gaussian policy's action std climbing to x2.5 or more of its start: the policy blew up",
 }, damage=("entropy_blowup", "action_std_blowup"),
    thresholds={"entropy_blowup": ("entropy_blowup_factor", "entropy_blowup_min_rise", "entropy_rise_share", "spike_recover_records",
-                                     "diff_entropy_blowup"),
+                                     "diff_entropy_blowup", "entropy_climb_from"),
                "action_std_blowup": ("std_blowup_factor", "std_at_top", "std_climb_trend", "std_onset_factor", "std_stays_share")})
 RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
@@ -206,6 +208,7 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         up = within[within.to_numpy() - start >= cfg.entropy_blowup_min_rise]
         if len(up):
             onset = int(up.index[0])
+        onset = _climb_start(s, onset, start, cfg)
     top = ev.extreme(s, onset, back)
     peak = f", peak {ev.rec(s, top[0])}" if top is not None and top[0] != onset else ""
     came = (f"; it came back at step {back} after holding a median {fmt(held)} ({fmt(held / start)}x)"
@@ -215,6 +218,28 @@ def detect_entropy_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     f"{name} rose {ev.move(s, onset)} and {'held' if back is not None else 'stayed up'}{peak}; "
                     f"{_levels(s)} ({fmt(end / start)}x){came}: the policy "
                     + ("blew up toward uniform output" if blown else "is spreading out"))]
+
+
+def _climb_start(s, onset: int, start: float, cfg: DiagnoseConfig) -> int:
+    """The record from which the entropy's level (a rolling median of ``spike_recover_records``)
+    stood above ``entropy_climb_from`` times its start (and ``entropy_blowup_min_rise`` nats over
+    it) without a break up to ``onset`` (where the
+    blow-up was seen): a policy spreading out over hundreds of records blew up where its climb began
+    (LABELS.md's onset: first visible, then lasting), not where it crossed the doubling."""
+    k = int(cfg.spike_recover_records)
+    level = s.rolling(k, min_periods=1).median()
+    at = int(s.index.get_loc(onset))
+    # (and ``entropy_blowup_min_rise`` nats over it: a thousandth of a nat is no climb at any ratio)
+    bar = max(cfg.entropy_climb_from * start, start + cfg.entropy_blowup_min_rise)
+    above = level.to_numpy()[: at + 1] > bar
+    if not above[at]:
+        return onset
+    below = np.flatnonzero(~above)
+    first = int(below[-1]) + 1 if below.size else 0
+    if first == 0:  # (above from the first record: the log opens in the climb; keep the dating as it was)
+        return onset
+    raw = s.to_numpy(dtype=float)[max(0, first - k // 2): at + 1] > bar
+    return int(s.index[max(0, first - k // 2) + int(np.argmax(raw))]) if raw.any() else int(s.index[first])
 
 
 def _differential_blowup(name: str, s, start: float, cfg: DiagnoseConfig) -> Finding | None:

@@ -26,20 +26,22 @@ thresholds(
     cap_from_start_share=(0.1, "responses at the length cap from within this share of the records: the cap is short"),
     pinned_records=(3, "records at the length cap, to the end, that make a runaway"),
     pinned_share=(0.8, "share of the records from the onset on that sit at the cap"),
+    cap_usual_share=(0.5, "the longest response at the cap in this share of the records before a pin or more: "
+                          "a batch's longest answer touching the cap is usual in the run, nothing ran away"),
     length_grad_factor=(3.0, "grad norm this far above its median before a pin: the update blew up too"),
     length_mean_rise=(1.25, "mean length over a pin against before it: answers lengthen overall"),
 )
 
 RULES = declare(LENGTH_BLOWUP, {
     "length_pinned": "the longest response at the generation cap to the end, the mean length up",
-    "length_max_at_cap": "the longest response at the cap from the start or while the mean does not grow (a warning)",
+    "length_max_at_cap": "the longest response at the cap from the start, as often before, or while the mean does not grow (a warning)",
     "length_rise": "mean response length doubled and staying",
     "truncation_high": "most responses truncated from the start (a warning: the cap is short)",
     "truncation_rise": "the truncated share rising above its limit",
     "length_with_reward": "answers lengthen (or hit the cap more often) while the reward climbs: learning, not a blow-up",
 }, damage=("length_pinned", "length_rise", "truncation_rise"),
    thresholds={"length_rise": ("length_factor",), "truncation_rise": ("truncation_limit", "truncation_seen_quantile"),
-               "length_max_at_cap": ("cap_from_start_share",),
+               "length_max_at_cap": ("cap_from_start_share", "cap_usual_share"),
                "length_pinned": ("pinned_records", "pinned_share", "length_mean_rise")})
 RULES.update(declare(DIVERGENCE, {
     "length_runaway": "responses run away to the cap while the grad norm spikes",
@@ -48,9 +50,10 @@ RULES.update(declare(DIVERGENCE, {
 
 
 
-def _pinned_at_cap(run: RunSeries, cfg: DiagnoseConfig) -> tuple[str, int, float, int] | None:
-    """(metric, onset step, cap, records) when the longest response sits at the run's maximum
-    length from some step to the end: the policy has run away to the generation limit."""
+def _pinned_at_cap(run: RunSeries, cfg: DiagnoseConfig) -> tuple[str, int, float, int, float] | None:
+    """(metric, onset step, cap, records, share of the records before at the cap) when the longest
+    response sits at the run's maximum length from some step to the end: the policy has run away to
+    the generation limit."""
     found = run.resolve("response_length_max")
     if found is None:
         return None
@@ -69,7 +72,7 @@ def _pinned_at_cap(run: RunSeries, cfg: DiagnoseConfig) -> tuple[str, int, float
     count = int(at_cap[k:].sum())
     if count < cfg.pinned_records or k == 0:
         return None
-    return name, int(s.index[k]), cap, count
+    return name, int(s.index[k]), cap, count, float(at_cap[:k].mean())
 
 
 def _grad_blowup_near(run: RunSeries, onset: int, cfg: DiagnoseConfig) -> tuple[str, float, float, int, str] | None:
@@ -126,22 +129,24 @@ def detect_length_blowup(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     out: list[Finding] = []
     pinned = _pinned_at_cap(run, cfg)
     if pinned is not None:
-        name, onset, cap, count = pinned
+        name, onset, cap, count, usual = pinned
         text = (f"{name} sits at its maximum, {fmt(cap)} tokens (the cap), from step {onset} to "
                 f"the end ({count} records): responses run away to the generation limit")
         mean_up = _mean_length_up(run, onset, cfg)
         records = len(run.resolve("response_length_max")[1])
         from_start = onset <= run.first_step or count >= (1 - cfg.cap_from_start_share) * records
-        if mean_up is False or from_start:
+        as_before = usual >= cfg.cap_usual_share
+        if mean_up is False or from_start or as_before:
             # the longest answer of a batch touching the cap is ordinary; a runaway moves the mean
             why = ("from the start of the run: the cap is short, nothing ran away" if from_start
-                   else "while the mean length does not grow")
+                   else f"as it did in {100 * usual:.0f} % of the records before: the cap is usual, nothing ran away"
+                   if as_before else "while the mean length does not grow")
             out.append(Finding(LENGTH_BLOWUP, onset, WARNING, name, "length_max_at_cap",
                                f"{name} sits at its maximum, {fmt(cap)} tokens (the cap), from step {onset} "
                                f"({count} records) {why}"))
         else:
             out.append(Finding(LENGTH_BLOWUP, onset, CRITICAL, name, "length_pinned", text))
-        grad = _grad_blowup_near(run, onset, cfg) if mean_up is not False and not from_start else None
+        grad = _grad_blowup_near(run, onset, cfg) if mean_up is not False and not (from_start or as_before) else None
         if grad is not None:
             gname, median, peak, peak_step, median_text = grad
             # the policy update itself blows up with the runaway: a divergence, which entropy and

@@ -197,9 +197,14 @@ def _slide(name: str, r: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
     onset = int(r.index[peak_i + int(stays[0])])
     return Finding(REWARD_COLLAPSE, onset, CRITICAL, name, "reward_slide",
                    f"{name} slid down from its peak rolling median {fmt(peak)} (step {int(r.index[peak_i])}) to "
-                   f"{ev.median_of(ev.tail(r))}: {fmt(drop / width)} noise widths, {100 * drop / abs(peak):.0f} % of "
+                   f"{ev.median_of(ev.tail(r))}: {_widths(drop, width)}, {100 * drop / abs(peak):.0f} % of "
                    f"its size, falling steadily (rank correlation with time {trend:.2f}); below "
                    f"{fmt(peak - cfg.slide_bar * drop)} from {ev.rec(r, onset)} on")
+
+
+def _widths(drop: float, width: float) -> str:
+    """A drop in noise widths, for evidence; a reward with no noise at all (steps of one value) has none."""
+    return f"{fmt(drop / width)} noise widths" if width > 0 else "with no noise to measure it in"
 
 
 def _stays_below(low: np.ndarray, cfg: DiagnoseConfig | None = None) -> np.ndarray:

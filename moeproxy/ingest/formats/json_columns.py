@@ -34,6 +34,9 @@ from moeproxy.ingest.table import LogTable
 from moeproxy.vocabulary import COUNTER_KEYS, STEP_KEYS
 
 MIN_LENGTH = 3
+# a line that opens a JSON object on its own (``{`` then a key on the same line or the next)
+LINE_OPENS_OBJECT = re.compile(r'\n\{\s*(?:"|\n|$)')
+LINE_OPENS_OBJECT_BYTES = re.compile(LINE_OPENS_OBJECT.pattern.encode())
 MAX_DEPTH = 3
 RECORDS_START = re.compile(rb'"[^"\n]{1,200}"\s*:\s*\[\s*\{\s*"[^"\n]{1,100}"\s*:\s*-?\d')
 # a list of numbers, or of jsonpickle's NumPy scalars (sacred's pretty-printed info.json)
@@ -118,9 +121,27 @@ def _metric_name(name: str) -> str:
     return head + last
 
 
+def _document_start(text: str) -> int:
+    """Where the JSON document starts: at the text's start, or, after lines a script printed before
+    dumping it (progress, debug lines), at the first line that opens an object."""
+    if text.lstrip().startswith("{"):
+        return 0
+    m = LINE_OPENS_OBJECT.search(text)
+    return m.start() + 1 if m else 0
+
+
 def parse_json_columns(src: SourceFile) -> ParsedLog:
+    text = src.read_text()
+    start = _document_start(text)
+    notes = []
     try:
-        doc = json.loads(src.read_text())
+        if start:  # a document after printed lines, perhaps with printed lines after it too
+            doc, end = json.JSONDecoder().raw_decode(text, start)
+            line = text.count("\n", 0, start) + 1
+            notes.append(f"read the JSON document on lines {line}-{text.count(chr(10), 0, end) + 1}; "
+                         f"the {line - 1} printed line(s) before it are not records")
+        else:
+            doc = json.loads(text)
     except ValueError as exc:
         raise InputError(f"{src.path}: not valid JSON ({str(exc).splitlines()[0]})") from None
     columns = _best_object(doc)
@@ -165,18 +186,25 @@ def parse_json_columns(src: SourceFile) -> ParsedLog:
             if record:
                 table.add_dict(step, record)
     rows = table.columns()
-    return ParsedLog(src.path, "json-columns", guess_framework(rows.names), src.sha256, rows, 0, from_index)
+    return ParsedLog(src.path, "json-columns", guess_framework(rows.names), src.sha256, rows, 0, from_index,
+                     notes=notes)
 
 
 def sniff_json_columns(src: SourceFile) -> float:
     head = src.head.lstrip()
-    if not head.startswith(b"{"):
-        return 0.0
+    after_print = not head.startswith(b"{")
+    if after_print:  # a document dumped after printed lines: its columns are in the head too
+        m = LINE_OPENS_OBJECT_BYTES.search(src.head)
+        if m is None:
+            return 0.0
+        head = src.head[m.start() + 1:]
     window = head[:65536]
     # a list of records whose first field is a number is a whole table: it counts as two columns
     starts = len(COLUMN_START.findall(window)) + 2 * len(RECORDS_START.findall(window))
     # two columns begin in the window; or one whose numbers fill it, on one line (a keras-rl log's
     # first column of 3,598 values is longer than the window; JSONL records are short lines)
+    if after_print:  # (a guess: below every reader of the printed lines' own records)
+        return 0.25 if starts >= 2 else 0.0
     return 0.5 if starts >= 2 or (starts == 1 and len(window) == 65536 and b"\n" not in window) else 0.0
 
 
