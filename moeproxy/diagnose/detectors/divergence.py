@@ -20,7 +20,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, log10_positive, quarter_count
+from moeproxy.diagnose.robust import diff_noise, find_departures, fmt, head_level, holds_from, log10_positive, quarter_count
 from moeproxy.diagnose.semantics import lr_warmup_end_step, startup_end_step, zero_advantage_steps
 from moeproxy.vocabulary import is_validation_loss
 from moeproxy.diagnose.series import RunSeries, climb_margin, few_records
@@ -60,6 +60,12 @@ thresholds(
                                "seen is a blow-up whatever the return did (a return that grew from 0 has no ratio)"),
     part_rise_factor=(2.0, "a logged part of the loss that rose this many times more than the total: the jump is "
                            "in the objective, not in how the loss is printed"),
+    chance_start_band=(0.03, "a loss whose first record is within this of ln 2 starts at a two-way choice's chance "
+                             "level (DPO's loss is exactly ln 2 while the policy is the reference)"),
+    chance_rise=(1.4, "... and whose last quarter's median is this multiple of ln 2 or more ranks worse than chance"),
+    chance_stays_share=(0.75, "... with this share of its last quarter above ln 2 (it stayed there)"),
+    chance_onset_level=(1.2, "dated from the record after which it stays above this multiple of ln 2 "
+                             "(``chance_stays_share`` of the records)"),
     policy_swing_level=(10.0, "a policy loss whose last quarter's size is within this multiple of its first "
                               "quarter's swung on single records and came back each time"),
     value_loss_reward_records=(10, "a value-loss blow-up counts when the reward over this many records from it "
@@ -83,6 +89,8 @@ RULES = declare(DIVERGENCE, {
     "grad_rise_loss_falling": "grad norm rising while the loss keeps falling (not divergence)",
     "contradicted_by_validation": "a train-loss jump the validation loss does not show (printing artefact)",
     "damaging_spike": "a spike with which a lasting change started: the update that broke the policy",
+    "worse_than_chance": "a loss that started at ln 2 (a two-way choice at chance: DPO's, a binary classifier's) "
+                         "and ends well above it, staying: the model ranks worse than chance",
 }, decisive=("huge_spike", "rise_over_best", "grad_blowup", "policy_loss_blowup", "value_loss_blowup"),
    spike=("large_spike", "grad_excursion"),
    thresholds={"rise_over_best": ("loss_rise_over_best", "rise_scale_share", "rise_level_share", "rise_level_records",
@@ -97,7 +105,8 @@ RULES = declare(DIVERGENCE, {
                "policy_loss_swings_reward_up": ("grad_blowup_factor", "policy_loss_floor", "policy_swing_level"),
                "value_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "value_loss_reward_records",
                                      "value_error_share", "value_error_beyond", "critic_still_climbing"),
-               "contradicted_by_validation": ("validation_rise",)})
+               "contradicted_by_validation": ("validation_rise",),
+               "worse_than_chance": ("chance_start_band", "chance_rise", "chance_stays_share", "chance_onset_level")})
 
 # an RL critic's loss (Stable-Baselines3, baselines, RLlib, CleanRL, OpenRLHF/verl's critic)
 # (Spinning Up names its critics' losses ``LossQ``, ``LossQ1``, ``LossV``; OfflineRL-Kit and rlkit
@@ -595,13 +604,12 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             if hit is not None:
                 found.append(hit)
         if kind == "loss":
-            for i, f in enumerate(found):
-                why = _contradicted_by_validation(run, f, cfg) if f.severity == CRITICAL else None
-                if why is not None:
-                    found[i] = Finding(DIVERGENCE, f.onset_step, WARNING, f.metric, "contradicted_by_validation",
-                                       f"{f.evidence}; but {why}: the model did not get worse; the rise is in how "
-                                       f"the training loss is printed or what it measures, not a divergence")
+            found = [_unless_contradicted(run, f, cfg) for f in found]
         out += found
+    if not rl and (loss := run.resolve("loss")) is not None:
+        hit = _worse_than_chance(loss[0], loss[1], cfg)
+        if hit is not None:
+            out.append(_unless_contradicted(run, hit, cfg))
     policy = run.resolve("loss") if rl else None
     if policy is not None:
         # skipped above: its level means nothing (a GRPO loss is near 0 on average, its median can be
@@ -629,6 +637,44 @@ def detect_divergence(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                 out.append(hit)
                 break
     return out
+
+
+def _unless_contradicted(run: RunSeries, f: Finding, cfg: DiagnoseConfig) -> Finding:
+    """A critical training-loss finding, or a warning where the validation loss contradicts it
+    (``_contradicted_by_validation``: the rise is in how the loss is printed)."""
+    why = _contradicted_by_validation(run, f, cfg) if f.severity == CRITICAL else None
+    if why is None:
+        return f
+    return Finding(DIVERGENCE, f.onset_step, WARNING, f.metric, "contradicted_by_validation",
+                   f"{f.evidence}; but {why}: the model did not get worse; the rise is in how "
+                   f"the training loss is printed or what it measures, not a divergence")
+
+
+def _worse_than_chance(name: str, loss, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md's divergence read against a two-way choice's chance level: a loss that started at
+    ln 2 (DPO's, where the policy is the reference; a binary classifier's at initialisation) and ends
+    ``chance_rise`` times ln 2 or more, staying above it, ranks the pairs worse than a coin: the
+    optimisation went the wrong way for good (a rise too slow or noisy for ``rise_over_best``'s x2
+    over a best that dipped just under ln 2)."""
+    s = loss[np.isfinite(loss.to_numpy(dtype=float))]
+    vals = s.to_numpy(dtype=float)
+    if len(vals) <= cfg.min_history or abs(vals[0] - LN2) > cfg.chance_start_band:
+        return None
+    k = quarter_count(len(vals))
+    tail = vals[-k:]
+    if float(np.median(tail)) < cfg.chance_rise * LN2 or float(np.mean(tail > LN2)) < cfg.chance_stays_share:
+        return None
+    stays = holds_from(vals > cfg.chance_onset_level * LN2, cfg.chance_stays_share)
+    if not stays.size:
+        return None
+    onset = int(s.index[stays[0]])
+    return Finding(DIVERGENCE, onset, CRITICAL, name, "worse_than_chance",
+                   f"{name} started at {fmt(vals[0])} (ln 2 = 0.693: a two-way choice at chance) and rose above "
+                   f"{fmt(cfg.chance_onset_level * LN2)} from {ev.rec(s, onset)} on; {ev.median_of(ev.tail(s))}, "
+                   f"{fmt(float(np.median(tail)) / LN2)}x ln 2: the model ranks worse than chance and stayed there")
+
+
+LN2 = float(np.log(2.0))
 
 
 def _swings_only(loss, cfg: DiagnoseConfig) -> bool:
