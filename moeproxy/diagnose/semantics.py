@@ -50,6 +50,8 @@ thresholds(
     copies_usual_share=(0.6, "... this share of them of one usual length (a frozen end is one block)"),
     zero_start_records=(8, "records a loss needs for its exact 0 in the first of them (and not in most of the "
                            "others) to say it is an RL surrogate's"),
+    surrogate_start_size=(0.05, "... whose first quarter after that 0 has a median this small (a KL term near the "
+                                "reference; a model's loss is at its largest there)"),
 )
 
 # The training loss and grad norm: never "not computed" (non-finite everywhere is a finding).
@@ -361,7 +363,8 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
 
 
 def loss_starts_at_zero(run: RunSeries, cfg: DiagnoseConfig | None = None) -> bool:
-    """The loss exactly 0 in its first record and not in most of the others: an RL surrogate at the
+    """The loss exactly 0 in its first record, not in most of the others, and small just after it:
+    an RL surrogate at the
     reference policy (TRL's GRPO loss is its KL term, 0 before the first update; a progress table
     may log it with no reward beside it). A model's cross-entropy or error is never 0 before it
     has trained."""
@@ -371,8 +374,12 @@ def loss_starts_at_zero(run: RunSeries, cfg: DiagnoseConfig | None = None) -> bo
         return False
     vals = found[1].to_numpy(dtype=float)
     vals = vals[np.isfinite(vals)]
-    return (len(vals) >= cfg.zero_start_records and vals[0] == 0
-            and 2 * np.count_nonzero(vals[1:]) > len(vals) - 1)
+    if not (len(vals) >= cfg.zero_start_records and vals[0] == 0 and 2 * np.count_nonzero(vals[1:]) > len(vals) - 1):
+        return False
+    # ... and small just after it, as a KL term is near the reference: a loop that prints its running
+    # average before the first batch (0, then 2.3, 1.9 ...) is a model's loss, at its largest there
+    after = np.abs(vals[1:])
+    return float(np.median(after[: max(1, len(after) // 4)])) <= cfg.surrogate_start_size
 
 
 def _is_reward_name(name: str) -> bool:

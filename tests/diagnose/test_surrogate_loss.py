@@ -41,6 +41,15 @@ def test_a_supervised_loss_that_climbs_is_still_a_divergence():
     assert res["verdict"] == "divergence", res["findings"][:3]
 
 
+def test_a_running_average_printed_0_before_the_first_batch_is_a_models_loss():
+    # a loop that prints its running average at step 0 (0.0), then the loss as it learns, then climbs
+    n = 60
+    loss = np.r_[0.0, np.linspace(2.3, 0.8, 30), np.linspace(0.8, 3.5, n - 31)]
+    series = pd.Series(loss, index=np.arange(n) * 100)
+    assert not loss_starts_at_zero(RunSeries({"loss": series}))
+    assert diagnose_series({"loss": series})["verdict"] == "divergence"
+
+
 def test_a_loss_zero_in_most_records_or_too_short_is_not_a_surrogate():
     zeros = pd.Series(np.r_[0.0, np.zeros(40), np.full(9, 0.3)], index=np.arange(50))   # mostly 0: another reading
     short = pd.Series([0.0, 0.01, 0.02, 0.02, 0.03], index=np.arange(5))

@@ -71,6 +71,7 @@ def test_a_notebooks_table_after_thousands_of_printed_lines_is_read(tmp_path):
     path.write_text(json.dumps(nb))
     parsed = parse_file(path)
     assert parsed.format == "notebook/table"
+    assert any("HTML tables" in note for note in parsed.notes), parsed.notes
     _check(parsed, 30)
 
 

@@ -106,7 +106,9 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
                 in_tables = None
             if in_tables is not None and (_known_values(in_tables), len(in_tables.rows)) > (_known_values(inner), len(inner.rows)):
                 inner, inner_path = in_tables, table_path
-    notes = [f"read from the text of {outputs} cell output(s) of a Jupyter notebook"] + inner.notes
+    source = ("read from the HTML tables of its cell outputs" if inner_path.suffix == ".md"
+              else f"read from the text of {outputs} cell output(s)")
+    notes = [f"{source} of a Jupyter notebook"] + inner.notes
     warnings = [w.replace(str(inner_path), f"{src.path} (its cell outputs)").replace(os.path.basename(inner_path), src.path.name)
                 for w in inner.warnings]
     return ParsedLog(src.path, f"notebook/{inner.format}", inner.framework, src.sha256, inner.rows,
