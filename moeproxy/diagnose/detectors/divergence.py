@@ -650,6 +650,9 @@ def _unless_contradicted(run: RunSeries, f: Finding, cfg: DiagnoseConfig) -> Fin
                    f"the training loss is printed or what it measures, not a divergence")
 
 
+LN2 = float(np.log(2.0))  # a two-way choice's loss at chance
+
+
 def _worse_than_chance(name: str, loss, cfg: DiagnoseConfig) -> Finding | None:
     """LABELS.md's divergence read against a two-way choice's chance level: a loss that started at
     ln 2 (DPO's, where the policy is the reference; a binary classifier's at initialisation) and ends
@@ -674,18 +677,15 @@ def _worse_than_chance(name: str, loss, cfg: DiagnoseConfig) -> Finding | None:
                    f"{fmt(float(np.median(tail)) / LN2)}x ln 2: the model ranks worse than chance and stayed there")
 
 
-LN2 = float(np.log(2.0))
-
-
 def _swings_only(loss, cfg: DiagnoseConfig) -> bool:
     """The size of a policy loss back at its usual level between its big records: its last
     quarter's median within ``policy_swing_level`` times its first quarter's (swings on single
     records, not a loss that grew and stayed grown)."""
     v = np.abs(loss.to_numpy(dtype=float))
     v = v[np.isfinite(v)]
-    k = quarter_count(len(v)) if len(v) else 0
-    if k == 0:
+    if not v.size:
         return False
+    k = quarter_count(v.size)
     first, last = float(np.median(v[:k])), float(np.median(v[-k:]))
     return last <= cfg.policy_swing_level * max(first, 1e-12)
 
@@ -781,8 +781,11 @@ def _value_loss_blowup(run: RunSeries, name: str, series, cfg: DiagnoseConfig) -
         return None
     reward = run.resolve_reward()
     returns = reward[1].to_numpy(dtype=float) if reward is not None else np.zeros(0)
-    if (run.zero_return is not None if reward is None else not np.abs(returns[np.isfinite(returns)]).max(initial=0.0) > 0):
-        return None  # a return of 0 in every record: its critic's loss is rounding, in no unit of a return
+    # a return of 0 in every record (logged, or set aside as never computed): its critic's loss is
+    # rounding, in no unit of a return
+    no_return = not np.any(returns[np.isfinite(returns)]) if reward is not None else run.zero_return is not None
+    if no_return:
+        return None
     early = float(np.median(vals[:max(cfg.min_history, len(vals) // (50 if reward is not None else 10))]))
     if early <= 0:
         return None

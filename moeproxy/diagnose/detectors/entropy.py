@@ -101,10 +101,7 @@ def _lasting_rises(s, start: float, cfg: DiagnoseConfig, bar: float | None = Non
         if i == 0:  # the log opens above it: still in its early fall
             continue
         if j == n or j - i >= max(k, cfg.entropy_rise_share * n):
-            # dated from the raw record from which it held above the doubling (the median lags)
-            first = max(0, i - k // 2)
-            raw = vals[first:j] >= bar
-            on = first + int(np.argmax(raw)) if raw.any() else i
+            on = _raw_start(vals, i, j, bar, k)
             held = float(np.median(vals[on:j]))
             yield int(s.index[on]), (int(s.index[j]) if j < n else None), held
 
@@ -238,8 +235,15 @@ def _climb_start(s, onset: int, start: float, cfg: DiagnoseConfig) -> int:
     first = int(below[-1]) + 1 if below.size else 0
     if first == 0:  # (above from the first record: the log opens in the climb; keep the dating as it was)
         return onset
-    raw = s.to_numpy(dtype=float)[max(0, first - k // 2): at + 1] > bar
-    return int(s.index[max(0, first - k // 2) + int(np.argmax(raw))]) if raw.any() else int(s.index[first])
+    return int(s.index[_raw_start(s.to_numpy(dtype=float), first, at + 1, bar, k)])
+
+
+def _raw_start(vals, i: int, j: int, bar: float, k: int) -> int:
+    """Where a stretch [i, j) of a rolling median of ``k`` records above ``bar`` starts in the raw
+    records: the first of them above it from half a window before ``i`` (the median lags), else ``i``."""
+    first = max(0, i - k // 2)
+    raw = vals[first:j] >= bar
+    return first + int(np.argmax(raw)) if raw.any() else i
 
 
 def _differential_blowup(name: str, s, start: float, cfg: DiagnoseConfig) -> Finding | None:

@@ -137,9 +137,9 @@ def parse_json_columns(src: SourceFile) -> ParsedLog:
     try:
         if start:  # a document after printed lines, perhaps with printed lines after it too
             doc, end = json.JSONDecoder().raw_decode(text, start)
-            line = text.count("\n", 0, start) + 1
-            notes.append(f"read the JSON document on lines {line}-{text.count(chr(10), 0, end) + 1}; "
-                         f"the {line - 1} printed line(s) before it are not records")
+            first, last = text.count("\n", 0, start) + 1, text.count("\n", 0, end) + 1
+            notes.append(f"read the JSON document on lines {first}-{last}; "
+                         f"the {first - 1} printed line(s) before it are not records")
         else:
             doc = json.loads(text)
     except ValueError as exc:

@@ -84,6 +84,7 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
     if not isinstance(doc, dict):
         raise InputError(f"{src.path}: not a Jupyter notebook (its JSON is not an object)")
     text, outputs, tables = output_text(doc)
+    source = f"read from the text of {outputs} cell output(s)"
     if not text.strip():
         raise InputError(f"{src.path}: a Jupyter notebook with no cell output to read as a log")
     with tempfile.TemporaryDirectory(prefix="moeproxy-nb-") as folder:
@@ -106,8 +107,7 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
                 in_tables = None
             if in_tables is not None and (_known_values(in_tables), len(in_tables.rows)) > (_known_values(inner), len(inner.rows)):
                 inner, inner_path = in_tables, table_path
-    source = ("read from the HTML tables of its cell outputs" if inner_path.suffix == ".md"
-              else f"read from the text of {outputs} cell output(s)")
+                source = "read from the HTML tables of its cell outputs"
     notes = [f"{source} of a Jupyter notebook"] + inner.notes
     warnings = [w.replace(str(inner_path), f"{src.path} (its cell outputs)").replace(os.path.basename(inner_path), src.path.name)
                 for w in inner.warnings]
