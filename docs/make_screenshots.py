@@ -53,7 +53,14 @@ def shoot(db: Path, tmp: Path, prefix: str, pages: list[tuple[str, str]]) -> Non
             page.wait_for_timeout(1500)
             page.screenshot(path=str(OUT / f"{prefix}-{name}.png"))
             if name.startswith("triage"):
-                page.locator(".st-key-triage_chart").scroll_into_view_if_needed()
+                # the chart's top at the top of the view, less the app's fixed header: the onset labels
+                # in the strip above the panels stay in sight (not under the header)
+                page.evaluate("""() => {
+                    const chart = document.querySelector('.st-key-triage_chart');
+                    chart.scrollIntoView({block: 'start'});
+                    const pane = document.querySelector('[data-testid="stMain"]');
+                    for (const box of [pane, document.scrollingElement]) { if (box) box.scrollBy(0, -110); }
+                }""")
                 page.wait_for_timeout(800)
                 page.screenshot(path=str(OUT / f"{prefix}-{name}-chart.png"))
             print(f"{prefix}-{name}.png")

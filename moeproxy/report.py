@@ -87,7 +87,8 @@ def _answer_html(findings: dict | None) -> str:
     if head["evidence"]:
         out.append(f"<br><code>{_e(head['metric'])}</code>: {_e(head['evidence'])}")
     for alt in head["alternatives"]:
-        out.append(f"<br>Another reading: <b>{_e(alt['category'])}</b> from step {_e(alt['onset_step'])} "
+        at = "" if alt.get("onset_step") is None else f" from step {_e(alt['onset_step'])}"
+        out.append(f"<br>Another reading: <b>{_e(alt['category'])}</b>{at} "
                    f"({_e(alt['why'])})")
     out.append("</div>")
     return "".join(out)

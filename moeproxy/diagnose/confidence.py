@@ -26,6 +26,7 @@ from pathlib import Path
 
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.catalog import rule_of
+from moeproxy.diagnose.render import alt_text
 from moeproxy.diagnose.rules import label_of
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, WARNING, Finding
@@ -100,7 +101,7 @@ def basis_of(run: RunSeries, verdict: str, onset: int | None, findings: list[Fin
             return "healthy_near_warning", f"{n} records; a warning ({near[0].rule}) that did not last"
         return ("healthy_long", f"{n} records of the core metrics") if n >= cfg.long_run else ("healthy_mid", f"{n} records")
     if alternatives:
-        others = ", ".join(f"{a['category']} from step {a['onset_step']}" for a in alternatives)
+        others = ", ".join(alt_text(a) for a in alternatives)
         return "alternatives", f"another reading fits too: {others}"
     cause_findings = [f for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict
                       and f.onset_step == onset]

@@ -21,12 +21,17 @@ from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
 from moeproxy.vocabulary import STEP_KEYS
 from moeproxy.diagnose.rules import label_of
+from moeproxy.diagnose.forest import forest_reading
 from moeproxy.diagnose.verdict import (alternatives, causal_choice, demote_symptoms, order_findings,
                                        promote_damaging_spikes, tie_window)
 
 thresholds(
     tie_records=(2, "LABELS.md: onsets 'within the same record or two' (at the log's own resolution) "
                     "are together: the causal order decides"),
+    learned_verdict=(0, "1: the verdict is the label the shipped forest (forest.py) finds likeliest for the "
+                        "run's series and the rules' verdict; 0: the rules' causal order alone"),
+    forest_min_examples=(30, "a rules' verdict of a label the forest was fitted on fewer real logs of than "
+                             "this stands (the forest cannot weigh it)"),
 )
 
 
@@ -51,12 +56,38 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
     findings = promote_damaging_spikes(findings, tie)
     findings = demote_symptoms(findings)
     cause = causal_choice(findings, tie)
+    rules_cause = cause
+    reading = forest_reading(run, findings, cause, int(config.forest_min_examples))
+    verdict_basis = {"method": "causal"}
+    other = None  # the reading not taken, when the forest and the rules part
+    if reading is not None:
+        verdict_basis["forest"] = {k: reading[k] for k in ("label", "probability", "likeliest")}
+        parted = reading["label"] != reading["rules_verdict"]
+        if parted and config.learned_verdict and reading["may_decide"]:
+            verdict_basis["method"] = "learned"
+            cause = reading["finding"]
+            if cause is not None and cause not in findings:
+                findings = [*findings, cause]
+            other = rules_cause, reading["rules_verdict"], "LABELS.md's causal order over the rules' findings"
+        elif parted:
+            if not reading["may_decide"]:
+                verdict_basis["forest"]["set_aside"] = reading["why"]
+            other = reading["finding"], reading["label"], (
+                f"the verdict forest (fitted on labelled real logs) finds it likelier "
+                f"(probability {reading['probability']:.2f})")
     verdict = label_of(cause.category) if cause is not None else "healthy"
     onset = int(cause.onset_step) if cause is not None else None
     alts = alternatives(findings, cause, tie)
+    if other is not None and reading["may_decide"]:
+        found, label, who = other
+        alts = [a for a in alts if a["category"] != label]
+        alts.append({"category": label, "onset_step": int(found.onset_step) if found is not None else None,
+                     "rule": found.rule if found is not None else None,
+                     "why": who + (f" ({found.metric} [{found.rule}])" if found is not None else
+                                   ": no lasting anomaly")})
     confidence, why, basis = assess(run, verdict, onset, findings, alts, config)
     out = {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,
-           "confidence_basis": basis,
+           "confidence_basis": basis, "verdict_basis": verdict_basis,
            "alternatives": alts,
            "findings": [f.to_dict() for f in order_findings(findings, verdict)],
            "config": config.to_dict()}

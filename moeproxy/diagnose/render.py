@@ -35,6 +35,11 @@ def verdict_line(result: dict) -> str:
             + (f" ({counters})" if counters else ""))
 
 
+def alt_text(alt: dict) -> str:
+    """"divergence from step 12", or "healthy" (a reading with no onset)."""
+    return alt["category"] if alt.get("onset_step") is None else f"{alt['category']} from step {alt['onset_step']}"
+
+
 def render_text(result: dict, run: str | None = None) -> str:
     """The verdict line, then one line per finding (severity, category, onset, metric, rule) with
     its evidence sentence indented below."""
@@ -47,7 +52,7 @@ def render_text(result: dict, run: str | None = None) -> str:
     if result.get("confidence"):
         lines[0] += f" (confidence {result['confidence']}: {result.get('confidence_reason', '')})".replace(": )", ")")
     for alt in result.get("alternatives") or []:
-        lines.append(f"  another reading: {alt['category']} from step {alt['onset_step']} ({shown(alt['why'])})")
+        lines.append(f"  another reading: {alt_text(alt)} ({shown(alt['why'])})")
     others = {n: r for n, r in result.get("runs", {}).items() if n != result.get("run")}
     for name, r in others.items():
         where = "" if r["onset_step"] is None else f" from step {r['onset_step']}"

@@ -17,7 +17,7 @@ def test_file_target_json_contract_and_nothing_written(tmp_path, capsys, db_path
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["verdict"] == "overflow" and out["onset_step"] == 9
-    assert set(out) == {"verdict", "onset_step", "confidence", "confidence_reason", "confidence_basis", "alternatives", "findings", "config", "data"}
+    assert set(out) == {"verdict", "onset_step", "confidence", "confidence_reason", "confidence_basis", "verdict_basis", "alternatives", "findings", "config", "data"}
     assert out["confidence"] == "high"  # a NaN is decisive
     assert not db_path.exists()  # a file target never touches the user's database
 
@@ -28,7 +28,7 @@ def test_every_ingest_fixture_format_gives_the_contract(capsys, db_path):
     for path in paths:
         assert main(["diagnose", str(path), "--json"]) == 0, path
         out = json.loads(capsys.readouterr().out)
-        contract = {"verdict", "onset_step", "confidence", "confidence_reason", "confidence_basis", "alternatives", "findings", "config", "data"}
+        contract = {"verdict", "onset_step", "confidence", "confidence_reason", "confidence_basis", "verdict_basis", "alternatives", "findings", "config", "data"}
         # a log dated only by fractional epochs also gets the onset in epochs
         # a log dated by its other counters too (an RL library's environment steps) gets the onset in them
         assert set(out) - {"onset_epoch", "onset_counters"} == contract, path

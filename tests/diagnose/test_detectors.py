@@ -33,7 +33,7 @@ def test_contract_shape_and_json_safe():
     g = noisy()
     g[150:] = np.inf
     res = diagnose_series({"grad_norm": series(g)})
-    assert set(res) == {"verdict", "onset_step", "confidence", "confidence_reason", "confidence_basis", "alternatives", "findings", "config", "data"}
+    assert set(res) == {"verdict", "onset_step", "confidence", "confidence_reason", "confidence_basis", "verdict_basis", "alternatives", "findings", "config", "data"}
     assert res["confidence"] in ("high", "medium", "low")
     assert res["verdict"] == "overflow" and res["onset_step"] == 151
     for f in res["findings"]:

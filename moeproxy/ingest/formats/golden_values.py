@@ -1,6 +1,9 @@
 """Megatron-LM's functional-test golden values: one JSON object of metrics, each
 ``{"start_step", "end_step", "step_interval", "values": {"<step>": value}}`` (``"nan"`` spelled as a
 string). Megatron's CI compares runs against these files; users diff their own runs with them.
+Its two older shapes read too: ``"values"`` as a list (the value of step ``start_step + i *
+step_interval``, from 0 by 1 when those are not given; a metric's name may end in a colon, as the
+log prints it: ``"lm loss:"``), and one object per step (``{"0": {"lm loss": 11.9, ...}, "1": ...}``).
 
 The file is parsed with the standard json module (it is small: one value per logged step), so a
 string value is read as a number only when it spells one (``"nan"``, ``"inf"``, ``"1.5"``). Leading
@@ -10,6 +13,7 @@ steps where every metric is ``"nan"`` are the steps a resumed leg did not run: s
 from __future__ import annotations
 
 import json
+import re
 
 from moeproxy.errors import InputError
 from moeproxy.ingest.names import guess_framework
@@ -22,7 +26,25 @@ KEYS = frozenset({"start_step", "end_step", "step_interval", "values"})
 
 
 def _is_series(entry) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("values"), dict) and set(entry) <= KEYS
+    return isinstance(entry, dict) and isinstance(entry.get("values"), (dict, list)) and set(entry) <= KEYS
+
+
+def _step_keyed(data: dict) -> bool:
+    """One object of metrics per step, keyed by the step (beside it, plain numbers that sum the run
+    up: ``"max_alloc": 61.2``)."""
+    steps = [k for k, v in data.items() if k.isdigit() and len(k) <= 18 and isinstance(v, dict)]
+    return len(steps) >= 2 and all(k in steps or not isinstance(v, (dict, list)) for k, v in data.items())
+
+
+def _values(entry: dict) -> dict[str, object]:
+    """A series' values by step (as strings, as the dict shape keys them)."""
+    values = entry["values"]
+    if isinstance(values, dict):
+        return values
+    start, interval = entry.get("start_step", 0), entry.get("step_interval", 1)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, interval)) or interval < 1:
+        raise ValueError("start_step and step_interval must be whole numbers (step_interval >= 1)")
+    return {str(start + i * interval): v for i, v in enumerate(values)}
 
 
 def parse_golden_values(src: SourceFile) -> ParsedLog:
@@ -34,11 +56,25 @@ def parse_golden_values(src: SourceFile) -> ParsedLog:
         raise InputError(f"{src.path}: golden-values JSON must be an object of metrics")
     by_step: dict[int, dict[str, float]] = {}
     skipped = 0
+    if _step_keyed(data):  # one object per step: the same series, turned around
+        series: dict[str, dict] = {}
+        for step, record in data.items():
+            if not isinstance(record, dict):
+                skipped += 1  # a summary of the run, no step's record
+                continue
+            for metric, raw in record.items():
+                series.setdefault(metric, {"values": {}})["values"][step] = raw
+        data = series
     for metric, entry in data.items():
         if not _is_series(entry):
             skipped += 1
             continue
-        for step, raw in entry["values"].items():
+        try:
+            values = _values(entry)
+        except ValueError as exc:
+            raise InputError(f"{src.path}: {metric!r}: {exc}") from None
+        metric = metric.rstrip(": ") or metric
+        for step, raw in values.items():
             value = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else (
                 parse_number(raw) if isinstance(raw, str) else None)
             if value is None or not step.lstrip("-").isdigit() or len(step) > 18:
@@ -56,11 +92,18 @@ def parse_golden_values(src: SourceFile) -> ParsedLog:
                      src.sha256, table.columns(), skipped)
 
 
+# the first metric opens with one of the series' keys, or the first step opens an object of metrics
+_OPENS = re.compile(r'\{\s*"[^"\n]{1,100}"\s*:\s*\{\s*"(?:values|start_step|end_step|step_interval)"\s*:'
+                    r'|\{\s*"\d{1,18}"\s*:\s*\{\s*"[^"\n]{1,100}"\s*:\s*(?:-?\d|"(?:nan|inf|-inf)")', re.IGNORECASE)
+
+
 def sniff_golden_values(src: SourceFile) -> float:
     head = src.head_text.lstrip()
-    if not head.startswith("{") or '"values"' not in head or '"step_interval"' not in head:
+    if not head.startswith("{"):
         return 0.0
-    return 0.9
+    if '"values"' in head and '"step_interval"' in head:
+        return 0.9
+    return 0.85 if _OPENS.match(head) else 0.0
 
 
 register(LogFormat("megatron-golden", "Megatron-LM functional-test golden values "

@@ -1,0 +1,75 @@
+"""DeepXDE's ``loss.dat`` (``dde.saveplot``): a comment header ``# step, loss_train, loss_test,
+metrics_test``, then one row of whitespace-separated numbers per logged step (NumPy's ``savetxt``:
+``0.000000000000000000e+00 ...``).
+
+A row holds the step, then each term of the training loss (one per PDE residual, boundary and initial
+condition), the same terms on the test points, then the test metrics: ``1 + 2k + m`` numbers. The
+header does not say k; the terms of train and test come in equal numbers and metrics are few, so k is
+the largest with ``2k`` within the row (10 numbers after the step: five terms, no metric; three: one
+term and one metric). Stored: ``loss_train`` (the sum of the terms: the loss the optimiser
+minimises), ``loss_test`` (likewise), each term when there are several (``loss_train_0``, ...) and the
+metrics (``metrics_test``, or ``metrics_test_0``, ... when several).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from moeproxy.errors import InputError
+from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.source import SourceFile
+from moeproxy.ingest.table import LogTable
+from moeproxy.ingest.values import parse_number
+
+HEADER = re.compile(r"^#\s*step\s*,\s*loss_train\s*,\s*loss_test\s*,\s*metrics_test\s*$")
+
+
+def _names(k: int, m: int) -> list[str]:
+    def group(name: str, n: int) -> list[str]:
+        return [name] if n == 1 else [f"{name}_{i}" for i in range(n)]
+
+    return group("loss_train", k) + group("loss_test", k) + group("metrics_test", m)
+
+
+def parse_deepxde(src: SourceFile) -> ParsedLog:
+    lines = src.read_text().splitlines()
+    if not lines or not HEADER.match(lines[0].strip()):
+        raise InputError(f"{src.path}: not a DeepXDE loss.dat (its first line is not "
+                         f"'# step, loss_train, loss_test, metrics_test')")
+    table = LogTable()
+    width = None
+    skipped = 0
+    for number, line in enumerate(lines[1:], start=2):
+        cells = line.split()
+        if not cells:
+            continue
+        values = [parse_number(c) for c in cells]
+        if any(v is None for v in values) or (width is not None and len(cells) != width) or len(cells) < 3:
+            skipped += 1  # a torn last line, or a row of another width: not this table's record
+            continue
+        width = len(cells)
+        step = values[0]
+        if not math.isfinite(step) or step != int(step):
+            skipped += 1
+            continue
+        n = width - 1
+        k = n // 2
+        names = _names(k, n - 2 * k)
+        record = dict(zip(names, values[1:]))
+        if k > 1:  # the totals the optimiser sees, beside their terms
+            record["loss_train"] = float(sum(values[1:1 + k]))
+            record["loss_test"] = float(sum(values[1 + k:1 + 2 * k]))
+        table.add_dict(int(step), record)
+    if not len(table):
+        raise InputError(f"{src.path}: a DeepXDE loss.dat header but no row of numbers under it")
+    return ParsedLog(src.path, "deepxde", "deepxde", src.sha256, table.columns(), skipped)
+
+
+def sniff_deepxde(src: SourceFile) -> float:
+    first = src.head_text.lstrip("\ufeff").split("\n", 1)[0].strip()
+    return 0.95 if HEADER.match(first) else 0.0
+
+
+register(LogFormat("deepxde", "DeepXDE loss.dat (# step, loss_train, loss_test, metrics_test)",
+                   sniff_deepxde, parse_deepxde, top_score=0.95, priority=60))
