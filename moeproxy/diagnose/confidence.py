@@ -2,7 +2,8 @@
 
 The verdict rules fire on what a log shows; how much a log shows varies from a 200,000-iteration
 Megatron file to eight records pasted in an issue. Each diagnosis is put in one of a few situations,
-its *basis*: for a failure, another lasting category starting with the cause (``alternatives``), a
+its *basis*: another reading (``alternatives``: for a failure, another lasting category starting with the
+cause; for any verdict, the verdict forest's other label, ``forest.py``), a
 failure from the first record, a short run, a decisive rule (``Rule.decisive``: non-finite values,
 an overflow storm, a blow-up of two orders of magnitude), several findings agreeing, one rule; for a
 healthy verdict, no core metric logged, a short run, a warning that almost made a finding, a long
@@ -91,6 +92,9 @@ def basis_of(run: RunSeries, verdict: str, onset: int | None, findings: list[Fin
     """(basis, why): the situation the diagnosis is in, and the reason in one phrase."""
     cfg = config or DiagnoseConfig()
     n = records(run)
+    if alternatives:  # (a healthy verdict too, when the verdict forest reads a failure)
+        others = ", ".join(alt_text(a) for a in alternatives)
+        return "alternatives", f"another reading fits too: {others}"
     if verdict == HEALTHY:
         if not any(run.resolve(name) is not None for name in CORE_SIGNALS):
             return "healthy_no_core", "no loss, grad norm, reward, entropy or mismatch metric is logged"
@@ -100,9 +104,6 @@ def basis_of(run: RunSeries, verdict: str, onset: int | None, findings: list[Fin
         if near:
             return "healthy_near_warning", f"{n} records; a warning ({near[0].rule}) that did not last"
         return ("healthy_long", f"{n} records of the core metrics") if n >= cfg.long_run else ("healthy_mid", f"{n} records")
-    if alternatives:
-        others = ", ".join(alt_text(a) for a in alternatives)
-        return "alternatives", f"another reading fits too: {others}"
     cause_findings = [f for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict
                       and f.onset_step == onset]
     decisive = any(rule_of(f.rule, f.category).decisive for f in cause_findings)

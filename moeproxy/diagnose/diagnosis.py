@@ -73,8 +73,8 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
             if not reading["may_decide"]:
                 verdict_basis["forest"]["set_aside"] = reading["why"]
             other = reading["finding"], reading["label"], (
-                f"the verdict forest (fitted on labelled real logs) finds it likelier "
-                f"(probability {reading['probability']:.2f})")
+                f"the verdict forest, fitted on labelled real logs, finds it likelier: probability "
+                f"{reading['probability']:.2f}")
     verdict = label_of(cause.category) if cause is not None else "healthy"
     onset = int(cause.onset_step) if cause is not None else None
     alts = alternatives(findings, cause, tie)
@@ -83,7 +83,7 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
         alts = [a for a in alts if a["category"] != label]
         alts.append({"category": label, "onset_step": int(found.onset_step) if found is not None else None,
                      "rule": found.rule if found is not None else None,
-                     "why": who + (f" ({found.metric} [{found.rule}])" if found is not None else
+                     "why": who + (f"; {found.metric} [{found.rule}]" if found is not None else
                                    ": no lasting anomaly")})
     confidence, why, basis = assess(run, verdict, onset, findings, alts, config)
     out = {"verdict": verdict, "onset_step": onset, "confidence": confidence, "confidence_reason": why,

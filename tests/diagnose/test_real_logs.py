@@ -52,6 +52,10 @@ UNREAD = {
     # a TRPO progress CSV whose 30-column rows alternate with another logger's 3-column header and
     # array rows (two tables written into one file, two of its rows for each of the table's)
     "o5_04_trpo-vf-loss-rising-return-rising.csv",
+    # a FADNet training log restarted 35 times into one file: each restart prints its argparse
+    # Namespace and a 290-line model summary, then a tab-separated epoch table under its own header;
+    # the tables are 7 % of the lines
+    "q8_02_fadnet-dispcsres-nan.log",
 }
 
 
