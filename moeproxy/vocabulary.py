@@ -32,6 +32,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
         "xent",  # OpenNMT-py's training line (``acc:  51.25; ppl:  8.43; xent: 2.13``)
         "loss_train",  # the loss with its split after it (``loss_train: 2.809 ~ 4.052 BPC``)
         "loss_g",  # a GAN's generator loss (PyTorch's DCGAN example: ``Loss_D: 0.0000 Loss_G: 56.74``), as ``g_loss`` is
+        "loss/train",  # TensorBoard's group then split, as PyTorch's tutorial writes it (``add_scalar("Loss/train", ...)``)
     ),
     "grad_norm": (
         "grad_norm", "grad norm", "grad-norm", "actor/grad_norm", "actor_grad_norm", "train/grad_norm",
