@@ -29,7 +29,6 @@ out of the seeds here, and it stays a held-out check.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -43,7 +42,6 @@ sys.path.insert(0, str(ROOT / "tests" / "diagnose"))
 
 import threshold_sweep as sweep  # noqa: E402  (its reading cache)
 
-_LINE = re.compile(r"^(X| ) +(\S+)\s+(\S+)\s+(\S+)")
 
 
 def _describe(items):
@@ -91,13 +89,11 @@ def _describe_synthetic(seed: int) -> list[tuple[str, dict, str]]:
 
 
 def first_sight_verdicts() -> dict[str, str]:
-    out = {}
-    for path in sweep.REAL.glob("blind*/first_sight_output.txt"):
-        for line in path.read_text().splitlines():
-            m = _LINE.match(line)
-            if m and m.group(2) != "file":
-                out[f"{path.parent.name}/{m.group(2)}"] = m.group(4)
-    return out
+    """set/file (cut as the output shows it, ``FILE_SHOWN``) -> the verdict at first sight."""
+    from moeproxy.diagnose.evaluation import first_sight_rows
+
+    return {f"{path.parent.name}/{shown}": verdict for path in sweep.REAL.glob("blind*/first_sight_output.txt")
+            for shown, verdict, _, _ in first_sight_rows(path)}
 
 
 def main(argv=None) -> int:
@@ -128,8 +124,11 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         for part in pool.map(_describe, [items[i::args.workers] for i in range(args.workers)]):
             described.update(part)
-    first = first_sight_verdicts()
+    from moeproxy.diagnose.evaluation import FILE_SHOWN
+
+    shown = first_sight_verdicts()
     keyed = [(c, f"{c.set}/{c.file}") for c in cases if f"{c.set}/{c.file}" in described]
+    first = {key: shown[f"{c.set}/{c.file[:FILE_SHOWN]}"] for c, key in keyed if f"{c.set}/{c.file[:FILE_SHOWN]}" in shown}
     names = sorted({k for _, key in keyed for k in described[key][0]})
     x = np.asarray([feature_row(names, described[key][0], first.get(key, described[key][1])) for _, key in keyed])
     y = [case.label for case, _ in keyed]

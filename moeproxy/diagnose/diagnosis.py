@@ -59,26 +59,26 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
     rules_cause = cause
     reading = forest_reading(run, findings, cause, int(config.forest_min_examples))
     verdict_basis = {"method": "causal"}
-    other = None  # the reading not taken, when the forest and the rules part
+    other = None  # (finding, label, who reads it so): the reading not taken, where the forest and the rules part
     if reading is not None:
         verdict_basis["forest"] = {k: reading[k] for k in ("label", "probability", "likeliest")}
         parted = reading["label"] != reading["rules_verdict"]
-        if parted and config.learned_verdict and reading["may_decide"]:
+        if parted and not reading["may_decide"]:
+            verdict_basis["forest"]["set_aside"] = reading["why"]
+        elif parted and config.learned_verdict:
             verdict_basis["method"] = "learned"
+            other = rules_cause, reading["rules_verdict"], "LABELS.md's causal order over the rules' findings"
             cause = reading["finding"]
             if cause is not None and cause not in findings:
                 findings = [*findings, cause]
-            other = rules_cause, reading["rules_verdict"], "LABELS.md's causal order over the rules' findings"
         elif parted:
-            if not reading["may_decide"]:
-                verdict_basis["forest"]["set_aside"] = reading["why"]
             other = reading["finding"], reading["label"], (
                 f"the verdict forest, fitted on labelled real logs, finds it likelier: probability "
                 f"{reading['probability']:.2f}")
     verdict = label_of(cause.category) if cause is not None else "healthy"
     onset = int(cause.onset_step) if cause is not None else None
     alts = alternatives(findings, cause, tie)
-    if other is not None and reading["may_decide"]:
+    if other is not None:
         found, label, who = other
         alts = [a for a in alts if a["category"] != label]
         alts.append({"category": label, "onset_step": int(found.onset_step) if found is not None else None,

@@ -175,7 +175,7 @@ def render_cases(title: str, cases: list[Case]) -> str:
         wanted = " / ".join(c.labels)
         ranges = c.accepts.get(c.verdict) or c.accepts.get(c.label) or []
         accept = ",".join(f"{lo}-{hi}" for lo, hi in ranges)
-        lines.append(f"{mark}{c.file[:56]:<56} {wanted[:30]:<30} {c.verdict:<19} {str(c.onset):>7} "
+        lines.append(f"{mark}{c.file[:FILE_SHOWN]:<{FILE_SHOWN}} {wanted[:30]:<30} {c.verdict:<19} {str(c.onset):>7} "
                      f"{accept[:16]:<16} {c.confidence}" + (f"  [{c.error}]" if c.error else ""))
     keys, counts = confusion(cases)
     lines.append("confusion (rows = first rater's label, columns = verdict)")
@@ -207,16 +207,25 @@ def case_calibration(cases: list[Case]) -> dict[str, tuple[int, int]]:
 _ROW = re.compile(r"^([X ]) \S.*\s(high|medium|low|-)(?:\s+\[.*)?$")
 
 
+FILE_SHOWN = 56  # ``render_cases`` shows this many characters of a file's name
+
+
+def first_sight_rows(path) -> list[tuple[str, str, bool, str]]:
+    """(file name as shown, verdict, right, confidence) of each log of a kept first-sight output
+    (``render_cases`` text): a name is cut to ``FILE_SHOWN`` characters there."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        m = _ROW.match(line)
+        if m and not line.startswith(("==", "file")):
+            shown, _wanted, verdict = line[2:].split()[:3]
+            rows.append((shown, verdict, m.group(1) == " ", m.group(2)))
+    return rows
+
+
 def first_sight_calibration(outputs) -> dict[str, tuple[int, int]]:
     """The same table read from kept first-sight outputs (``render_cases`` text, one file per blind
     set): the only held-out measure of what "high" is worth on logs nobody had seen."""
-    pairs = []
-    for path in outputs:
-        for line in Path(path).read_text().splitlines():
-            m = _ROW.match(line)
-            if m and not line.startswith(("==", "file")):
-                pairs.append((m.group(2), m.group(1) == " "))
-    return calibration(pairs)
+    return calibration([(conf, right) for path in outputs for _, _, right, conf in first_sight_rows(path)])
 
 
 def render_calibration(title: str, table: dict[str, tuple[int, int]]) -> str:

@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from moeproxy.diagnose.taxonomy import CATEGORIES
+from moeproxy.diagnose.robust import diff_noise, fmt, quarter_count
+from moeproxy.diagnose.rules import declare, label_of
+from moeproxy.diagnose.taxonomy import CATEGORIES, CRITICAL, HEALTHY, SEVERITIES, Finding
 
 MODEL = Path(__file__).with_name("verdict_forest.json")
 ROLES = ("loss", "grad_norm", "reward", "policy_entropy", "kl", "ppo_kl", "value_loss", "val_loss")
@@ -42,7 +44,7 @@ def _trend(v: np.ndarray) -> float:
 def rolling_levels(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(positions, rolling median) of ``v`` over an eighth of its records, at most 200 points."""
     n = v.size
-    half = max(1, max(1, n // 4) // 2)
+    half = max(1, quarter_count(n) // 2)
     at = np.arange(0, n, max(1, n // 200))
     return at, np.array([np.median(v[max(0, i - half):i + half + 1]) for i in at])
 
@@ -57,9 +59,9 @@ def series_features(values: np.ndarray) -> dict[str, float]:
         out["short"] = 1.0
         return out
     n = v.size
-    q = max(1, n // 4)
+    q = quarter_count(n)
     first, last = float(np.median(v[:q])), float(np.median(v[-q:]))
-    noise = 1.4826 * float(np.median(np.abs(np.diff(v)))) + 1e-12
+    noise = diff_noise(v) + 1e-12
     _, rolled = rolling_levels(v)
     low, high = float(rolled.min()), float(rolled.max())
     eps = 1e-12 + 1e-6 * float(np.median(np.abs(v)))
@@ -224,8 +226,6 @@ def series_onset(run, label: str) -> tuple[int, str, str] | None:
     stretch for a rise or a fall, its first records otherwise) to where it ended; a label that never
     showed as a change (a run that never learned) from its first record; non-finite values from the
     first one."""
-    from moeproxy.diagnose.robust import fmt
-
     for role, direction in _SHOWS_IN.get(label, ()):
         found = role_series(run, role)
         if found is None:
@@ -242,7 +242,7 @@ def series_onset(run, label: str) -> tuple[int, str, str] | None:
         v, steps = values[finite], s.index.to_numpy()[finite]
         if v.size < 4:
             continue
-        q = max(1, v.size // 4)
+        q = quarter_count(v.size)
         first, last = float(np.median(v[:q])), float(np.median(v[-q:]))
         if direction == 0:
             return (int(steps[0]), name, f"{name}: median {fmt(first)} over its first {q} records, "
@@ -263,15 +263,9 @@ def series_onset(run, label: str) -> tuple[int, str, str] | None:
     return None
 
 
-def _declare_rules() -> None:
-    from moeproxy.diagnose.rules import declare
-
-    for label in _SHOWS_IN:
-        declare(label, {f"forest_{label}": f"the verdict forest finds {label} likeliest for the run's series "
-                                           f"and the rules' verdict, and no rule's finding dates it"})
-
-
-_declare_rules()
+for _label in _SHOWS_IN:
+    declare(_label, {f"forest_{_label}": f"the verdict forest finds {_label} likeliest for the run's series "
+                                         f"and the rules' verdict, and no rule's finding dates it"})
 
 
 def forest_reading(run, findings: list, cause, min_examples: int) -> dict | None:
@@ -286,9 +280,7 @@ def forest_reading(run, findings: list, cause, min_examples: int) -> dict | None
     values out of a calm run, a blow-up of two orders of magnitude), and over a verdict of a label the
     forest saw fewer than ``min_examples`` real logs of (precision mismatch and routing collapse,
     which public logs rarely carry)."""
-    from moeproxy.diagnose.catalog import rule_of
-    from moeproxy.diagnose.rules import label_of
-    from moeproxy.diagnose.taxonomy import CRITICAL, HEALTHY, SEVERITIES, Finding
+    from moeproxy.diagnose.catalog import rule_of  # (the catalog imports every detector)
 
     forest = shipped()
     if forest is None:
