@@ -89,7 +89,7 @@ def _describe_synthetic(seed: int) -> list[tuple[str, dict, str]]:
 
 
 def first_sight_verdicts() -> dict[str, str]:
-    """set/file (cut as the output shows it, ``FILE_SHOWN``) -> the verdict at first sight."""
+    """set/file (as the output shows it, ``evaluation.shown_name``) -> the verdict at first sight."""
     from moeproxy.diagnose.evaluation import first_sight_rows
 
     return {f"{path.parent.name}/{shown}": verdict for path in sweep.REAL.glob("blind*/first_sight_output.txt")
@@ -124,11 +124,11 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         for part in pool.map(_describe, [items[i::args.workers] for i in range(args.workers)]):
             described.update(part)
-    from moeproxy.diagnose.evaluation import FILE_SHOWN
+    from moeproxy.diagnose.evaluation import shown_name
 
     shown = first_sight_verdicts()
     keyed = [(c, f"{c.set}/{c.file}") for c in cases if f"{c.set}/{c.file}" in described]
-    first = {key: shown[f"{c.set}/{c.file[:FILE_SHOWN]}"] for c, key in keyed if f"{c.set}/{c.file[:FILE_SHOWN]}" in shown}
+    first = {key: shown[f"{c.set}/{shown_name(c.file)}"] for c, key in keyed if f"{c.set}/{shown_name(c.file)}" in shown}
     names = sorted({k for _, key in keyed for k in described[key][0]})
     x = np.asarray([feature_row(names, described[key][0], first.get(key, described[key][1])) for _, key in keyed])
     y = [case.label for case, _ in keyed]

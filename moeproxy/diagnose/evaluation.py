@@ -175,7 +175,7 @@ def render_cases(title: str, cases: list[Case]) -> str:
         wanted = " / ".join(c.labels)
         ranges = c.accepts.get(c.verdict) or c.accepts.get(c.label) or []
         accept = ",".join(f"{lo}-{hi}" for lo, hi in ranges)
-        lines.append(f"{mark}{c.file[:FILE_SHOWN]:<{FILE_SHOWN}} {wanted[:30]:<30} {c.verdict:<19} {str(c.onset):>7} "
+        lines.append(f"{mark}{shown_name(c.file):<56} {wanted[:30]:<30} {c.verdict:<19} {str(c.onset):>7} "
                      f"{accept[:16]:<16} {c.confidence}" + (f"  [{c.error}]" if c.error else ""))
     keys, counts = confusion(cases)
     lines.append("confusion (rows = first rater's label, columns = verdict)")
@@ -207,12 +207,14 @@ def case_calibration(cases: list[Case]) -> dict[str, tuple[int, int]]:
 _ROW = re.compile(r"^([X ]) \S.*\s(high|medium|low|-)(?:\s+\[.*)?$")
 
 
-FILE_SHOWN = 56  # ``render_cases`` shows this many characters of a file's name
+def shown_name(file: str) -> str:
+    """A log's name as ``render_cases`` shows it (its first 56 characters)."""
+    return file[:56]
 
 
 def first_sight_rows(path) -> list[tuple[str, str, bool, str]]:
-    """(file name as shown, verdict, right, confidence) of each log of a kept first-sight output
-    (``render_cases`` text): a name is cut to ``FILE_SHOWN`` characters there."""
+    """(file name as shown, ``shown_name``, verdict, right, confidence) of each log of a kept
+    first-sight output (``render_cases`` text)."""
     rows = []
     for line in Path(path).read_text().splitlines():
         m = _ROW.match(line)
