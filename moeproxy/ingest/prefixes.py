@@ -21,9 +21,27 @@ GLOG_PREFIX = re.compile(r"^\s*[IWEF](?:\d{4}\s+[\d:.]+\s+\d+)?\s+[\w./\-]+\.\w+
 CLOCK = re.compile(r"\d:\d\d:\d")
 
 
+CLOCK_LEAD = 13  # a timestamp starts at most this many characters before its clock (``[2025-06-12 1|3:31:1``)
+
+
 def without_timestamps(line: str) -> str:
-    """``line`` with each timestamp replaced by a space."""
-    return TIMESTAMP.sub(" ", line) if CLOCK.search(line) else line
+    """``line`` with each timestamp replaced by a space. Every timestamp holds a clock: each is
+    searched for from just before the next clock, and the search ends with the last clock (a line
+    was scanned to its end, at each character, for timestamps it could not hold)."""
+    clock = CLOCK.search(line)
+    if clock is None:
+        return line
+    out: list[str] = []
+    done = 0
+    while clock is not None:
+        m = TIMESTAMP.search(line, max(done, clock.start() - CLOCK_LEAD))
+        if m is None:
+            break
+        out += (line[done:m.start()], " ")
+        done = m.end()
+        clock = CLOCK.search(line, done)
+    out.append(line[done:])
+    return "".join(out)
 
 
 def rank_of(line: str) -> int:

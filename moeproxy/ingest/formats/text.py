@@ -23,6 +23,7 @@ from moeproxy.ingest.events import NONFINITE_CRASH, bar_step, overflow_record
 from moeproxy.ingest.names import canonical_of, guess_framework
 from moeproxy.ingest.prefixes import GLOG_PREFIX, RANK_PREFIX, rank_of, without_timestamps
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
+from moeproxy.ingest.shapes import ZERO_DIGITS, ShapeCache
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import EpochSteps, LogTable, counts_within_epochs
 from moeproxy.ingest.values import NONFINITE_WORDS
@@ -283,14 +284,14 @@ DS_ENGINE_STEP = re.compile(r"\bstep=\d+,\s*skipped=\d+")
 SEPARATED_NUMBER = re.compile(r"[:=]\s*\[?[-+]?(?:\d|\.\d|nan|inf)", re.IGNORECASE)
 
 
-def _known_pair(line: str) -> dict[str, float]:
+def _known_pair(line: str, extract=extract_pairs) -> dict[str, float]:
     """``{name: value}`` of a line that is one ``name: value`` pair whose name the vocabulary knows.
     A line with two or more numbers after a ``:`` or ``=`` holds several pairs: not split into them
     (most lines after a step's record are other records)."""
     seps = SEPARATED_NUMBER.finditer(line)
     if next(seps, None) is not None and next(seps, None) is not None:
         return {}
-    record = extract_pairs(line)
+    record = extract(line)
     if len(record) == 1 and (canonical_of(name := next(iter(record))) is not None or is_validation_loss(name)):
         return record
     return {}
@@ -306,47 +307,149 @@ def _strip(line: str) -> str:
     return without_timestamps(line)
 
 
-def find_step(line: str) -> tuple[int, str] | None:
-    """(step, the line with the counter removed) or None."""
-    if "/" not in line:  # no progress fraction to read (every pattern up to ``STEP`` needs one)
-        return _counter(STEP, line) or _step_name_value(line)
-    m = MMENGINE.search(line)
+def _may_count_steps(low: str) -> bool:
+    """Whether ``STEP`` can match the lower-cased line: each of its names holds one of these."""
+    return "it" in low or "step" in low or "num_updates" in low
+
+
+# The ways a line names its step, in the order they are tried: each gives (step, the line with the
+# counter removed), None, or the line rewritten for the ways after it (a tqdm bar whose description
+# names the counter). Each pattern is searched for only in a line that holds a word it needs.
+
+def _mmengine_step(line: str, low: str):
+    m = MMENGINE.search(line) if "(t" in line or "(v" in line else None
     if m:  # by-epoch logs count iterations within the epoch: the step runs on across epochs
         epoch, it, per_epoch = int(m.group(1) or 1), int(m.group(2)), int(m.group(3))
         step = (epoch - 1) * per_epoch + it if m.group(1) else it
         return step, line[: m.start()] + " , " + line[m.end():]
-    m = EPOCH_BATCHES.search(line)
+    return None
+
+
+def _epoch_batches_step(line: str, low: str):
+    m = EPOCH_BATCHES.search(line) if "epoch" in low else None
     if m:  # PyTorch examples' ``| epoch   2 |   200/ 2983 batches |``: the batch counter restarts each epoch
         epoch, it, per_epoch = int(m.group(1)), int(m.group(2)), int(m.group(3))
         return max(epoch - 1, 0) * per_epoch + it, line[: m.start()] + " , " + line[m.end():]
-    m = LIGHTNING_BAR.search(line)
+    return None
+
+
+def _lightning_step(line: str, low: str):
+    m = LIGHTNING_BAR.search(line) if "%|" in line else None
     if m:
         epoch, it, per_epoch = int(m.group(1)), int(m.group(2)), int(m.group(3))
         return epoch * per_epoch + it, line[: m.start()] + " , " + line[m.end():]
-    m = TQDM.search(line)
-    if m:
-        before, rest = line[: m.start()], line[m.end():]
-        if not (STEP.search(before) or EPOCH.search(before)):
-            return int(m.group(1)), rest
-        # a bar within an epoch or step that its description names (``Epoch: [7/400] Loss: nan: 100%|██| 469/469
-        # [06:54<00:00]``): that counter dates the record, not the bar's position
-        line = before + " , " + rest
-    hit = _counter(STEP, line)
-    if hit is not None:
-        return hit
-    m = NESTED_PROGRESS.search(line)
+    return None
+
+
+def _tqdm_step(line: str, low: str):
+    m = TQDM.search(line) if "[" in line else None
+    if not m:
+        return None
+    before, rest = line[: m.start()], line[m.end():]
+    if not (STEP.search(before) or EPOCH.search(before)):
+        return int(m.group(1)), rest
+    # a bar within an epoch or step that its description names (``Epoch: [7/400] Loss: nan: 100%|██| 469/469
+    # [06:54<00:00]``): that counter dates the record, not the bar's position
+    return before + " , " + rest
+
+
+def _named_step(line: str, low: str):
+    return _counter(STEP, line) if _may_count_steps(low) else None
+
+
+def _nested_progress_step(line: str, low: str):
+    m = NESTED_PROGRESS.search(line) if "[" in line else None
     if m:
         return int(m.group(1)) * int(m.group(3)) + int(m.group(2)), line[: m.start()] + " , " + line[m.end():]
-    for m in PROGRESS.finditer(line):
-        if not EPOCH_BEFORE.search(line[: m.start()]):
-            return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    return None
+
+
+def _progress_step(line: str, low: str):
+    if "[" in line or "(" in line:
+        for m in PROGRESS.finditer(line):
+            if not EPOCH_BEFORE.search(line[: m.start()]):
+                return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    return None
+
+
+def _leading_fraction_step(line: str, low: str):
     m = LEADING_FRACTION.match(line)
     if m:  # ``[job]   12/100 | loss=0.1 | reward=0.3``: the progress fraction that opens the line
         return int(m.group(1)), PAREN_EPOCH.sub(" , ", line[m.end():], count=1)
-    m = BATCH_FRACTION.search(line)
+    return None
+
+
+def _batch_fraction_step(line: str, low: str):
+    m = BATCH_FRACTION.search(line) if "batch" in low else None
     if m:
         return int(m.group(1)), line[: m.start()] + " , " + line[m.end():]
+    return None
+
+
+def _name_value_step(line: str, low: str):
     return _step_name_value(line)
+
+
+# every pattern up to ``_named_step`` needs a progress fraction: a line without ``/`` starts there
+WITH_FRACTION = (_mmengine_step, _epoch_batches_step, _lightning_step, _tqdm_step, _named_step,
+                 _nested_progress_step, _progress_step, _leading_fraction_step, _batch_fraction_step,
+                 _name_value_step)
+WITHOUT_FRACTION = (_named_step, _name_value_step)
+
+
+def _walk_steps(line: str) -> tuple[tuple[int, str] | None, tuple[int, ...]]:
+    """find_step's answer, and the indices (in its list of ways) of the ways that answered."""
+    low = line.lower()
+    ways = WITH_FRACTION if "/" in line else WITHOUT_FRACTION
+    path: list[int] = []
+    for i, way in enumerate(ways):
+        out = way(line, low)
+        if out is None:
+            continue
+        path.append(i)
+        if isinstance(out, str):
+            line = out
+            continue
+        return out, tuple(path)
+    return None, tuple(path)
+
+
+def find_step(line: str) -> tuple[int, str] | None:
+    """(step, the line with the counter removed) or None."""
+    return _walk_steps(line)[0]
+
+
+MAX_STEP_SHAPES = 4096
+
+
+class StepFinder:
+    """``find_step``, remembering for each line shape (its digits set to 0) which ways answered: the
+    patterns see digits only as digits, so a line of that shape is answered by the same ways, and the
+    ways that did not answer need not be tried again (a 30,000-line log spent most of its reading
+    in searches that could not match). Values are always read from the line itself."""
+
+    def __init__(self):
+        self.paths: dict[str, tuple[int, ...]] = {}
+
+    def __call__(self, line: str) -> tuple[int, str] | None:
+        shape = line.translate(ZERO_DIGITS)
+        path = self.paths.get(shape)
+        if path is None:
+            result, path = _walk_steps(line)
+            if len(self.paths) < MAX_STEP_SHAPES:
+                self.paths[shape] = path
+            return result
+        low = line.lower()
+        ways = WITH_FRACTION if "/" in line else WITHOUT_FRACTION
+        for i in path:
+            out = ways[i](line, low)
+            if out is None:  # (cannot happen for a shape's line; the whole walk is the answer then)
+                return _walk_steps(line)[0]
+            if isinstance(out, str):
+                line = out
+                continue
+            return out
+        return None
 
 
 def _step_name_value(line: str) -> tuple[int, str] | None:
@@ -406,6 +509,8 @@ def parse_text(src: SourceFile) -> ParsedLog:
     unread_since_record = 0  # lines read as nothing since the last stepped record or its trailing pair
     counts = [0, 0, 0]
     header_epoch = header_step = None
+    read_pairs, read_line = ShapeCache(pairs_of_split), ShapeCache(extract_pairs)  # a line shape parsed once
+    step_of = StepFinder()
     for _, raw in src.lines():
         line = _strip(raw)
         header = EPOCH_HEADER.match(line)
@@ -425,16 +530,16 @@ def parse_text(src: SourceFile) -> ParsedLog:
             crash = NONFINITE_CRASH.search(line) is not None
             entries.append((CRASH if crash else EVENT, bar_step(line), rank_of(raw), event))
             continue
-        scale = SCALE_AFTER_EVENT.search(line)
-        if scale and entries and entries[-1][0] == EVENT:  # apex prints the new scale on the next line
+        scale = SCALE_AFTER_EVENT.search(line) if entries and entries[-1][0] == EVENT else None
+        if scale:  # apex prints the new scale on the next line
             entries[-1][3]["deepspeed/reduced_loss_scale"] = float(scale.group(1))
             continue
-        held_out = MMENGINE.search(line) if "/" in line else None
+        held_out = MMENGINE.search(line) if "/" in line and ("(t" in line or "(v" in line) else None
         if held_out and "(train)" not in held_out.group(0):
             # mmengine's validation / test lines count their own batches: they belong to the last
             # training step, their metrics (an mAP, beside timings) named as held-out ones
             last = next((entry for entry in reversed(entries) if entry[0] == STEPPED), None)
-            record = pairs_of_split(line[: held_out.start()] + " , " + line[held_out.end():])
+            record = read_pairs(line[: held_out.start()] + " , " + line[held_out.end():])
             record = {f"val/{k}": v for k, v in record.items() if k not in MMENGINE_TIMINGS}
             if last is not None and record:
                 last[3].update(record)  # one record of that step, not a second attempt at it
@@ -442,7 +547,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
                 skipped += 1
             continue
         bar = KERAS_BAR.match(line) if header_epoch is not None else None
-        if bar and int(bar.group(1)) < int(bar.group(2)) and (record := pairs_of_split(line[bar.end():])):
+        if bar and int(bar.group(1)) < int(bar.group(2)) and (record := read_pairs(line[bar.end():])):
             # a batch's line within the epoch (its last, ``469/469``, is the epoch's summary, read by
             # epoch when the log prints nothing else): the batch counter runs on across the epochs
             record["epoch"] = header_epoch
@@ -451,9 +556,9 @@ def parse_text(src: SourceFile) -> ParsedLog:
             counts[STEPPED] += 1
             unread_since_record = 0
             continue
-        hit = find_step(line)
+        hit = step_of(line)
         if hit is not None:
-            record = pairs_of_split(hit[1])
+            record = read_pairs(hit[1])
             if "skipped" in record and DS_ENGINE_STEP.search(line):
                 # DeepSpeed's engine line counts the steps skipped since the start, as the Megatron
                 # reader names it (``overflow`` reads it as a running count)
@@ -463,19 +568,19 @@ def parse_text(src: SourceFile) -> ParsedLog:
                 counts[STEPPED] += 1
                 unread_since_record = 0
                 continue
-        elif header_step is not None and (record := pairs_of_split(line) or bare_pair(line)):
+        elif header_step is not None and (record := read_pairs(line) or bare_pair(line)):
             entries.append((STEPPED, header_step, rank_of(raw), record))
             counts[STEPPED] += 1
             unread_since_record = 0
             continue
         elif not counts[STEPPED] and (epoch := find_epoch(line)):
-            record = pairs_of_split(epoch[1])
+            record = read_pairs(epoch[1])
             if record:
                 entries.append((BY_EPOCH, epoch[0], rank_of(raw), record))
                 counts[BY_EPOCH] += 1
                 continue
         elif not counts[STEPPED] and header_epoch is not None:
-            record = pairs_of_split(line)
+            record = read_pairs(line)
             if record:
                 entries.append((BY_EPOCH, header_epoch, rank_of(raw), record))
                 counts[BY_EPOCH] += 1
@@ -486,7 +591,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
             entries.append((PENDING, None, rank_of(raw), line))
             continue
         elif (unread_since_record <= TRAILING_GAP and entries and entries[-1][0] == STEPPED
-              and (pair := _known_pair(line))):
+              and (pair := _known_pair(line, read_line))):
             # one metric the vocabulary knows on a line just after a step's record (at most
             # ``TRAILING_GAP`` unread lines between), with no counter of its own (DeepSpeed-Chat's
             # ``average reward score: 0.19`` after ``epoch: 0|step: 2|act_loss: ...``): that step's,
@@ -504,7 +609,7 @@ def parse_text(src: SourceFile) -> ParsedLog:
         entries = [entry for entry in entries if entry[0] != PENDING]
     elif pending:  # lines of two or more pairs with no counter: records by their index
         resolved = []
-        pairs = {i: extract_pairs(entry[3]) for i, entry in enumerate(entries) if entry[0] == PENDING}
+        pairs = {i: read_line(entry[3]) for i, entry in enumerate(entries) if entry[0] == PENDING}
         single = _one_metric_key(pairs.values())
         for i, (entry_kind, counter, rank, line) in enumerate(entries):
             if entry_kind == PENDING:

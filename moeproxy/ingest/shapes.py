@@ -1,0 +1,84 @@
+"""Reading the pairs of a text log's lines once per line *shape*, not once per line.
+
+A long text log repeats a few line shapes thousands of times (``Iter [  10/1487] || lr: 0.0099 ||
+Loss: 2.35``): only the numbers change. The pair parser (``formats.text.extract_pairs``) costs about
+a hundred microseconds a line, most of a 30,000-line log's reading. ``ShapeCache`` wraps such a
+parser: a line's shape is the line with the digits of each free-standing number set to 0 (its sign,
+point, exponent and digit count kept, so every pattern of the parser matches it as it matches the
+line); a shape's record is its keys, each taken from the n-th number of the line.
+
+The cache never guesses. A shape is used only after the parser, run on two lines of that shape,
+gave exactly what the shape predicts; a key whose value is not one number of the line (``1,234``
+read as 1234, ``45.6ms``), or several numbers of equal value, leaves the shape to the parser for
+good (after a few tries). A non-finite value is taken as it was (``nan`` is a word, part of the shape).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+# a number that stands free (nothing of a key or a unit touches it): ``lr: 1e-4``, ``loss=-0.5``,
+# not the ``1`` of ``top-1``, ``fc1`` or ``45.6ms``, not the total of ``10/1487``
+FREE_NUMBER = re.compile(r"((?<![\w./@\-])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))")
+ZERO_DIGITS = str.maketrans("123456789", "000000000")
+CONFIRMATIONS = 1  # lines the parser must agree on after the line a shape was learnt from
+TRIES = 3  # lines of a shape tried before it is left to the parser
+MAX_SHAPES = 4096  # a log of ever-new shapes (free text) stops learning them
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> bool:
+    return list(a) == list(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a.values(), b.values()))
+
+
+class ShapeCache:
+    """``parse(text)`` as ``parse`` gives it, by shape once the shape has proved itself."""
+
+    def __init__(self, parse: Callable[[str], dict[str, float]]):
+        self.parse = parse
+        self.learnt: dict[tuple, list] = {}  # shape -> [plan or None, confirmations, tries]
+        self.by_shape = 0
+
+    def __call__(self, text: str) -> dict[str, float]:
+        parts = FREE_NUMBER.split(text)
+        if len(parts) == 1:  # no number: nothing to save
+            return self.parse(text)
+        numbers = parts[1::2]
+        shape = tuple(parts[0::2]) + tuple(n.translate(ZERO_DIGITS) for n in numbers)
+        entry = self.learnt.get(shape)
+        if entry is not None and entry[0] is not None and entry[1] >= CONFIRMATIONS:
+            self.by_shape += 1
+            return {key: (float(numbers[at]) if at is not None else value) for key, at, value in entry[0]}
+        record = self.parse(text)
+        if entry is None:
+            if len(self.learnt) < MAX_SHAPES:
+                self.learnt[shape] = [_plan(record, numbers), 0, 1]
+            return record
+        if entry[0] is not None:
+            predicted = {key: (float(numbers[at]) if at is not None else value) for key, at, value in entry[0]}
+            if _same(predicted, record):
+                entry[1] += 1
+                return record
+        entry[2] += 1
+        entry[0] = _plan(record, numbers) if entry[2] <= TRIES else None
+        entry[1] = 0
+        return record
+
+
+def _plan(record: dict[str, float], numbers: list[str]) -> list | None:
+    """(key, index of the number it is, or None and its non-finite value) for each key, or None when
+    some value is not exactly one number of the line."""
+    values = [float(n) for n in numbers]
+    plan = []
+    for key, value in record.items():
+        if not math.isfinite(value):  # a word of the shape (``nan``), never a number of the line
+            if not all(math.isfinite(v) for v in values):
+                return None
+            plan.append((key, None, value))
+            continue
+        at = [i for i, v in enumerate(values) if v == value]
+        if len(at) != 1:
+            return None
+        plan.append((key, at[0], value))
+    return plan
