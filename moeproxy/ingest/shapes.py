@@ -3,14 +3,19 @@
 A long text log repeats a few line shapes thousands of times (``Iter [  10/1487] || lr: 0.0099 ||
 Loss: 2.35``): only the numbers change. The pair parser (``formats.text.extract_pairs``) costs about
 a hundred microseconds a line, most of a 30,000-line log's reading. ``ShapeCache`` wraps such a
-parser: a line's shape is the line with the digits of each free-standing number set to 0 (its sign,
-point, exponent and digit count kept, so every pattern of the parser matches it as it matches the
-line); a shape's record is its keys, each taken from the n-th number of the line.
+parser: a line's shape is the line with each run of digits set to one 0 (``12.28s`` -> ``0.0s``,
+``1.93e-05`` -> ``0.0e-0``: every pattern of the parser sees digits only as digits, in runs of any
+length, so it matches the shape as it matches the line); a shape's record is its keys, each taken
+from the n-th free-standing number of the line.
 
-The cache never guesses. A shape is used only after the parser, run on two lines of that shape,
-gave exactly what the shape predicts; a key whose value is not one number of the line (``1,234``
-read as 1234, ``45.6ms``), or several numbers of equal value, leaves the shape to the parser for
-good (after a few tries). A non-finite value is taken as it was (``nan`` is a word, part of the shape).
+The cache never guesses:
+- a key that holds a digit (``fc1``, ``top-1``, ``reward (last 100)``) leaves the shape to the parser:
+  two lines of one shape may differ there;
+- a comma between digits (``1,234``: the parser counts the three digits after it) leaves the line to it;
+- a key whose value is not one number of the line (``45.6ms``), or several numbers of equal value,
+  leaves the shape to the parser (after a few tries);
+- a shape is used only after the parser, run on a second line of that shape, gave exactly what the
+  shape predicts. A non-finite value is taken as it was (``nan`` is a word, part of the shape).
 """
 
 from __future__ import annotations
@@ -21,11 +26,21 @@ from collections.abc import Callable
 
 # a number that stands free (nothing of a key or a unit touches it): ``lr: 1e-4``, ``loss=-0.5``,
 # not the ``1`` of ``top-1``, ``fc1`` or ``45.6ms``, not the total of ``10/1487``
-FREE_NUMBER = re.compile(r"((?<![\w./@\-])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))")
+FREE_NUMBER = re.compile(r"(?<![\w./@\-])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 ZERO_DIGITS = str.maketrans("123456789", "000000000")
+COUNTED_DIGITS = re.compile(r"(?<=\d),(?=\d)")  # ``1,234``: the parser counts the digits after the comma
 CONFIRMATIONS = 1  # lines the parser must agree on after the line a shape was learnt from
 TRIES = 3  # lines of a shape tried before it is left to the parser
 MAX_SHAPES = 4096  # a log of ever-new shapes (free text) stops learning them
+
+
+def shape_of(text: str) -> str:
+    """``text`` with every run of digits set to one 0 (a translation and a few replacements: a
+    regex with look-behinds cost as much as the parsing it saves)."""
+    shape = text.translate(ZERO_DIGITS)
+    while "00" in shape:
+        shape = shape.replace("00000000", "0").replace("00", "0")
+    return shape
 
 
 def _same(a: dict[str, float], b: dict[str, float]) -> bool:
@@ -41,11 +56,12 @@ class ShapeCache:
         self.by_shape = 0
 
     def __call__(self, text: str) -> dict[str, float]:
-        parts = FREE_NUMBER.split(text)
-        if len(parts) == 1:  # no number: nothing to save
+        if COUNTED_DIGITS.search(text):
             return self.parse(text)
-        numbers = parts[1::2]
-        shape = tuple(parts[0::2]) + tuple(n.translate(ZERO_DIGITS) for n in numbers)
+        numbers = FREE_NUMBER.findall(text)
+        if not numbers:  # no number: nothing to save
+            return self.parse(text)
+        shape = shape_of(text)
         entry = self.learnt.get(shape)
         if entry is not None and entry[0] is not None and entry[1] >= CONFIRMATIONS:
             self.by_shape += 1
@@ -72,6 +88,8 @@ def _plan(record: dict[str, float], numbers: list[str]) -> list | None:
     values = [float(n) for n in numbers]
     plan = []
     for key, value in record.items():
+        if any(c.isdigit() for c in key):  # a digit the shape sets to 0 is part of the key
+            return None
         if not math.isfinite(value):  # a word of the shape (``nan``), never a number of the line
             if not all(math.isfinite(v) for v in values):
                 return None

@@ -42,9 +42,23 @@ def test_shape_cache_gives_what_the_parser_gives_line_for_line():
 def test_a_key_with_a_digit_or_a_comma_number_is_never_taken_from_another_line():
     cache = ShapeCache(extract_pairs)
     lines = ["top-1 acc: 0.5 loss: 2.0", "top-5 acc: 0.7 loss: 1.0", "top-1 acc: 0.6 loss: 3.0",
-             "tokens 1,234 loss: 2.0", "tokens 5,678 loss: 2.0", "tokens 9,999 loss: 2.5"] * 3
+             "tokens 1,234 loss: 2.0", "tokens 5,678 loss: 2.0", "tokens 9,999 loss: 2.5",
+             "tokens 12,34 loss: 2.0", "layer.0.weight: 0.5 layer.1.weight: 0.25", "model_v1.2 loss: 3.5"] * 3
+    # a key with a number in it: the same shape once its numbers are set to 0, other keys
+    lines += [f"mean reward (last {n}): {r}" for n, r in [(10, "5.0"), (10, "5.5"), (10, "6.0"), (100, "4.0"),
+                                                         (100, "4.5"), (1000, "3.0")]]
+    lines += [f"loss: {v} time {t}ms lr {lr}" for v, t, lr in [("2.5", "45.6", "1e-4"), ("2.25", "145.75", "1.5e-05"),
+                                                             ("2.125", "5.5", "3e-05"), ("nan", "45.5", "3e-05")]]
     for line in lines:
         assert _same(cache(line), extract_pairs(line)), line
+
+
+def test_numbers_of_any_length_share_a_shape():
+    cache = ShapeCache(extract_pairs)
+    lines = [f"12.{i}s/it - Step: {i}, LR: {1.93 / (i + 1)!r}e-05, Loss: {600.0 + i / 7!r}" for i in range(1, 300)]
+    for line in lines:
+        assert _same(cache(line), extract_pairs(line)), line
+    assert cache.by_shape > 250  # float reprs of 15-17 digits: one shape
 
 
 def test_step_finder_reads_counters_that_run_on_across_epochs():

@@ -23,15 +23,17 @@ from moeproxy.ingest.events import NONFINITE_CRASH, bar_step, overflow_record
 from moeproxy.ingest.names import canonical_of, guess_framework
 from moeproxy.ingest.prefixes import GLOG_PREFIX, RANK_PREFIX, rank_of, without_timestamps
 from moeproxy.ingest.registry import LogFormat, ParsedLog, register
-from moeproxy.ingest.shapes import ZERO_DIGITS, ShapeCache
+from moeproxy.ingest.shapes import ShapeCache, shape_of
 from moeproxy.ingest.source import HEAD_BYTES, SourceFile
 from moeproxy.ingest.table import EpochSteps, LogTable, counts_within_epochs
 from moeproxy.ingest.values import NONFINITE_WORDS
 from moeproxy.vocabulary import is_validation_loss, split_prefix
 
 STEP = re.compile(
-    r"(?<![\w/])(?:global[_ ]step|train[_/]step|num_updates|steps(?=\s*[:=])|step|iteration|iter|it)\s*[:=#]?\s*\[?(\d+)\]?"
-    r"(?:\s*/\s*\d+)?(?![\w.%])",  # (``Steps:   0%|`` is a bar's percentage, no counter)
+    r"(?<![\w/])(?:global[_ ]step|train[_/]step|num_updates|steps(?=\s*[:=])|^[\s>]*steps(?=\s+\d)|step|iteration|iter|it)"
+    r"\s*[:=#]?\s*\[?(\d+)\]?"
+    r"(?:\s*/\s*\d+)?(?![\w.%])",  # (``Steps:   0%|`` is a bar's percentage, no counter; ``steps 100,``
+    # opening a line, perhaps quoted, counts: ``Total steps 5000`` in prose does not)
     re.IGNORECASE,
 )
 # a tqdm bar: ``| 5/300 [`` or, drawn without its bar (no terminal), ``  1% 1/184 [``
@@ -423,8 +425,9 @@ MAX_STEP_SHAPES = 4096
 
 
 class StepFinder:
-    """``find_step``, remembering for each line shape (its digits set to 0) which ways answered: the
-    patterns see digits only as digits, so a line of that shape is answered by the same ways, and the
+    """``find_step``, remembering for each line shape (each run of digits set to one 0,
+    ``shapes.shape_of``) which ways answered: the patterns see digits only as digits, in runs
+    of any length, so a line of that shape is answered by the same ways, and the
     ways that did not answer need not be tried again (a 30,000-line log spent most of its reading
     in searches that could not match). Values are always read from the line itself."""
 
@@ -432,7 +435,7 @@ class StepFinder:
         self.paths: dict[str, tuple[int, ...]] = {}
 
     def __call__(self, line: str) -> tuple[int, str] | None:
-        shape = line.translate(ZERO_DIGITS)
+        shape = shape_of(line)
         path = self.paths.get(shape)
         if path is None:
             result, path = _walk_steps(line)
@@ -546,7 +549,14 @@ def parse_text(src: SourceFile) -> ParsedLog:
             else:
                 skipped += 1
             continue
-        bar = KERAS_BAR.match(line) if header_epoch is not None else None
+        bar = KERAS_BAR.match(line)
+        if bar and header_epoch is None and (record := read_pairs(line[bar.end():])):
+            # Keras' bar with no ``Epoch 1/20`` line above it (a pasted part of one epoch): its count of
+            # samples or batches seen is the step, as the bar prints it
+            entries.append((STEPPED, int(bar.group(1)), rank_of(raw), record))
+            counts[STEPPED] += 1
+            unread_since_record = 0
+            continue
         if bar and int(bar.group(1)) < int(bar.group(2)) and (record := read_pairs(line[bar.end():])):
             # a batch's line within the epoch (its last, ``469/469``, is the epoch's summary, read by
             # epoch when the log prints nothing else): the batch counter runs on across the epochs

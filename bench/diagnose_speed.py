@@ -1,0 +1,77 @@
+"""Wall time of `moeproxy diagnose FILE` on the largest labelled real logs, as a user runs it (a new
+process each time: start-up, reading, diagnosis, printing).
+
+    python bench/diagnose_speed.py [--largest 40] [--repeat 3] [DIR ...]
+
+Prints each log's best-of-``--repeat`` time beside two references measured in the same run: a new
+Python process that does nothing (`python -c pass`) and `moeproxy diagnose` on the smallest labelled
+log (start-up and imports). The issue's target is under 2 s for every log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "tests" / "fixtures" / "real"
+TARGET = 2.0
+
+
+def labelled_logs(folders: list[Path]) -> list[Path]:
+    from moeproxy.diagnose.evaluation import load_labels
+
+    logs = []
+    for folder in folders:
+        for entry in load_labels(folder):
+            path = folder / entry["file"]
+            if path.is_file():
+                logs.append(path)
+    return logs
+
+
+def best_time(command: list[str], repeat: int) -> tuple[float, int]:
+    best, rc = float("inf"), 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        rc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        best = min(best, time.perf_counter() - t0)
+    return best, rc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="*", type=Path)
+    ap.add_argument("--largest", type=int, default=40, help="how many of the largest logs to time")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each command; the best is kept")
+    args = ap.parse_args(argv)
+    folders = args.folders or sorted({p.parent for p in REAL.glob("*/labels*.json")})
+    logs = sorted(labelled_logs(folders), key=lambda p: p.stat().st_size)
+    if not logs:
+        print("no labelled logs found", file=sys.stderr)
+        return 1
+    cli = [sys.executable, "-m", "moeproxy.cli", "diagnose"]
+    nothing, _ = best_time([sys.executable, "-c", "pass"], args.repeat)
+    smallest, _ = best_time(cli + [str(logs[0])], args.repeat)
+    print(f"python -c pass: {nothing:.2f} s; moeproxy diagnose on the smallest log "
+          f"({logs[0].stat().st_size:,} bytes): {smallest:.2f} s")
+    over = []
+    rows = []
+    for n, path in enumerate(reversed(logs[-args.largest:]), 1):
+        seconds, rc = best_time(cli + [str(path)], args.repeat)
+        rows.append((seconds, path, rc))
+        if seconds >= TARGET:
+            over.append(path)
+        print(f"[{n}/{min(args.largest, len(logs))}] {seconds:5.2f} s  rc {rc}  {path.stat().st_size:>11,} B  "
+              f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
+    worst = max(rows, key=lambda r: r[0])
+    print(f"\n{len(rows)} largest of {len(logs)} logs: slowest {worst[0]:.2f} s ({worst[1].name}); "
+          f"{len(over)} at or over {TARGET:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
