@@ -3,8 +3,8 @@
 The verdict rules fire on what a log shows; how much a log shows varies from a 200,000-iteration
 Megatron file to eight records pasted in an issue. Each diagnosis is put in one of a few situations,
 its *basis*: another reading (``alternatives``: for a failure, another lasting category starting with the
-cause; for any verdict, the verdict forest's other label, ``forest.py``), a
-failure from the first record, a short run, a decisive rule (``Rule.decisive``: non-finite values,
+cause; for any verdict, the verdict forest's other label, ``forest.py``), a tentative rule alone
+(``Rule.tentative``: a return that never rose), a failure from the first record, a short run, a decisive rule (``Rule.decisive``: non-finite values,
 an overflow storm, a blow-up of two orders of magnitude), several findings agreeing, one rule; for a
 healthy verdict, no core metric logged, a short run, a warning that almost made a finding, a long
 run, a middling one.
@@ -46,7 +46,7 @@ TABLE = Path(__file__).with_name("confidence_table.json")
 DESIGNED = {
     "healthy_no_core": "low", "healthy_short": "low", "healthy_near_warning": "medium",
     "healthy_long": "high", "healthy_mid": "medium",
-    "alternatives": "low", "first_record": "low", "short_decisive": "medium", "short": "low",
+    "alternatives": "low", "tentative": "medium", "first_record": "low", "short_decisive": "medium", "short": "low",
     "decisive_overflow": "high", "decisive": "high", "agreeing": "high", "one_rule": "medium",
 }
 
@@ -54,6 +54,8 @@ DESIGNED = {
 # a handful of records is never called certain, whatever such logs scored: a new short paste has too
 # few points to judge its noise by
 SHORT_BASES = frozenset({"healthy_short", "short", "short_decisive"})
+# ... nor is a reading of what never happened (``Rule.tentative``)
+CAPPED_BASES = frozenset({*SHORT_BASES, "tentative"})
 
 
 @lru_cache(maxsize=1)
@@ -74,7 +76,7 @@ def level_of(basis: str, cfg: DiagnoseConfig, table: dict[str, dict] | None = No
         return DESIGNED[basis]
     share = entry["right"] / entry["total"]
     level = "high" if share >= cfg.calibration_high else "medium" if share >= cfg.calibration_medium else "low"
-    return "medium" if level == "high" and basis in SHORT_BASES else level
+    return "medium" if level == "high" and basis in CAPPED_BASES else level
 
 CORE_SIGNALS = ("loss", "grad_norm", "reward_mean", "policy_entropy", "logprob_diff_mean")
 
@@ -108,6 +110,8 @@ def basis_of(run: RunSeries, verdict: str, onset: int | None, findings: list[Fin
                       and f.onset_step == onset]
     decisive = any(rule_of(f.rule, f.category).decisive for f in cause_findings)
     agreeing = sum(1 for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict)
+    if cause_findings and all(rule_of(f.rule, f.category).tentative for f in cause_findings):
+        return "tentative", "read from what never happened (a return that never rose): a slow run reads alike"
     if onset is not None and onset <= run.first_step and not decisive:
         return "first_record", "the failure shows from the first record: no healthy stretch to compare with"
     if n < cfg.short_run:

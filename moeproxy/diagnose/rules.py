@@ -19,6 +19,8 @@ Properties:
   deterministic output did not blow it up, and LABELS.md takes the lasting collapse as the anomaly).
 - ``symptom_of``: labels whose lasting damage, when it starts with or before this rule's finding,
   makes the finding its symptom (a train/rollout gap opened by the policy blowing up).
+- ``tentative``: the rule reads an absence (a return that never rose) on a noisy series, where a
+  careful engineer may read a slow healthy run: confidence is ``medium`` at most on it alone.
 - ``chain``: the rule's place in the causal chain when it differs from its category's (an overflow
   storm is the mechanism of the loss jump printed with it: it sits just before divergence).
 - ``thresholds``: the ``DiagnoseConfig`` fields the rule reads (stored with the findings).
@@ -65,6 +67,7 @@ class Rule:
     spike: bool = False
     damage: bool = False
     symptom_of: tuple[str, ...] = ()
+    tentative: bool = False
     chain: float | None = None
     thresholds: tuple[str, ...] = ()
 
@@ -82,7 +85,7 @@ RULES: Registry[Rule] = Registry("rule")
 
 
 def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...] = (),
-            spike: tuple[str, ...] = (), damage: tuple[str, ...] = (),
+            spike: tuple[str, ...] = (), damage: tuple[str, ...] = (), tentative: tuple[str, ...] = (),
             symptom_of: dict[str, tuple[str, ...]] | None = None,
             chain: dict[str, float] | None = None,
             thresholds: dict[str, tuple[str, ...]] | None = None) -> dict[str, Rule]:
@@ -91,7 +94,7 @@ def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...
     out = {}
     for name, what in measures.items():
         rule = Rule(name, category, what, decisive=name in decisive, spike=name in spike,
-                    damage=name in damage, symptom_of=(symptom_of or {}).get(name, ()),
+                    damage=name in damage, tentative=name in tentative, symptom_of=(symptom_of or {}).get(name, ()),
                     chain=(chain or {}).get(name),
                     thresholds=(thresholds or {}).get(name, ()))
         RULES.add(name, rule)

@@ -42,6 +42,12 @@ thresholds(
     cycle_distinct_share=(0.8, "a loss cycling with a period has about as many distinct values as the period (this "
                                "share of it): fewer are a few printed levels meeting again by chance"),
     penalty_share=(0.5, "a reward whose one value this share of the records carry: a penalty every sample earned"),
+    never_improved_records=(50, "records from the run's start over which an RL reward that never rose never learned"),
+    never_improved_window=(0.1, "... its level read as rolling medians over this share of the records (5 at least)"),
+    never_improved_rise=(0.1, "... its best level above its first one by no more than this share of its 5-95 % range"),
+    never_improved_spread=(0.1, "... its 5-95 % range at least this share of its level (a return that varies as an "
+                                "untrained policy's do; one steady at a level is converged at its ceiling)"),
+    never_improved_fall=(0.15, "... and its last level below its first one by no more than this share (a fall is a collapse)"),
     uniform_classes=(100, "a loss frozen at ln(k), k up to this: a uniform guess over k outcomes"),
     uniform_tolerance=(1e-3, "... to within this (absolute, in nats)"),
     chance_classes=(6, "a loss that never leaves ln(k), k up to this (where the levels of k and k+1 lie further "
@@ -64,16 +70,21 @@ RULES = declare(VANISHING_GRADIENT, {
     "loss_never_moved": "a training loss that never left a narrow band from the run's start: the run never learned",
     "reward_never_moved": "an RL reward at or below 0 that never left a narrow band from the run's start: nothing "
                           "was ever learned (the groups' answers all scored the same penalty)",
+    "reward_never_improved": "an RL reward (a return) whose level never rose above where the run started, over "
+                             "the whole run, nor fell: the policy never learned anything the return shows",
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
     "loss_at_chance": "a training loss that stays at ln(k), a k-way classifier's chance level, from the run's start "
                       "to its end: the model never learned more than the class prior",
     "entropy_frozen": "an RL policy's entropy at one value, to seven digits, in every record from the run's start: the "
                       "policy's distribution never changed, no update reached it",
-}, thresholds={"entropy_frozen": ("never_learned_records", "same_value", "min_digits"),
+}, tentative=("reward_never_improved",),
+   thresholds={"entropy_frozen": ("never_learned_records", "same_value", "min_digits"),
                "loss_at_chance": ("chance_classes", "chance_band", "never_learned_records"),
                "loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
                "loss_at_uniform_guess": ("uniform_classes", "uniform_tolerance", "vanishing_min_records"),
+               "reward_never_improved": ("never_improved_records", "never_improved_window", "never_improved_rise",
+                                         "never_improved_fall", "never_improved_spread", "penalty_share"),
                "reward_never_moved": ("never_learned_records", "never_learned_noisy_band", "never_learned_trend",
                                       "penalty_share"),"grad_norm_vanished": ("vanishing_fraction", "vanishing_min_records", "usual_zero_share"),
                "grad_norm_zero_throughout": ("vanishing_min_records",),
@@ -325,7 +336,46 @@ def _empty_updates(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     at_floor = _reward_at_floor(reward, cfg)
     if at_floor is None:  # not at its lowest value throughout: a penalty it never left, read as a band
         at_floor = _reward_never_moved(run, cfg)
+    if at_floor is None:
+        at_floor = _reward_never_improved(run, cfg)
     return [at_floor] if at_floor is not None else []
+
+
+def _reward_never_improved(run: RunSeries, cfg: DiagnoseConfig) -> Finding | None:
+    """LABELS.md "the run never learns at all", read on an RL return that varies: over
+    ``never_improved_records`` records or more, logged from the run's start, its level (rolling
+    medians over ``never_improved_window`` of the records) never rose above its first level by more
+    than ``never_improved_rise`` of its 5-95 % range, and its last level is not below the first by
+    more than ``never_improved_fall`` of it (a return that rose and fell back collapsed; one that
+    fell from the start is a collapse too). A return at its highest value on ``penalty_share`` of the
+    records, or steady (its range under ``never_improved_spread`` of its level), sits at its ceiling:
+    converged, not stuck. A vanishing gradient is secondary: it is the verdict only
+    where no main category lasted (``verdict.candidates``)."""
+    reward = run.resolve_reward()
+    if reward is None:
+        return None
+    name, s = reward
+    s = s[np.isfinite(s.to_numpy())]
+    v = s.to_numpy(dtype=float)
+    if v.size < cfg.never_improved_records or not _from_run_start(run, s):
+        return None
+    low, high = np.quantile(v, [0.05, 0.95])
+    spread = float(high - low)
+    if spread <= 0 or spread < cfg.never_improved_spread * abs(float(np.median(v))):
+        return None  # one value nearly throughout (the floor and band rules read it), or steady at a level
+    if float(np.mean(v >= v.max())) >= cfg.penalty_share:
+        return None  # at its highest value on half the records: a converged run at its ceiling (LABELS.md)
+    width = max(5, int(cfg.never_improved_window * v.size))
+    levels = pd.Series(v).rolling(width).median().to_numpy()[width - 1:]
+    first, best, last = float(levels[0]), float(levels.max()), float(levels[-1])
+    if best - first > cfg.never_improved_rise * spread or first - last > cfg.never_improved_fall * spread:
+        return None
+    start = int(s.index[0])
+    return Finding(VANISHING_GRADIENT, start, CRITICAL, name, "reward_never_improved",
+                   f"{name} started at a level of {fmt(first)} (median of its first {width} records from step "
+                   f"{start}) and never rose above {fmt(best)} over its {v.size} records, {fmt(last)} at the end: "
+                   f"within {fmt(100 * cfg.never_improved_rise)}% of its 5-95 % range ({fmt(float(low))} to "
+                   f"{fmt(float(high))}); the policy never learned anything the return shows")
 
 
 def _reward_at_floor(reward: tuple[str, pd.Series], cfg: DiagnoseConfig) -> Finding | None:
