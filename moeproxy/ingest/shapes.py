@@ -6,13 +6,13 @@ a hundred microseconds a line, most of a 30,000-line log's reading. ``ShapeCache
 parser: a line's shape is the line with each run of digits set to one 0 (``12.28s`` -> ``0.0s``,
 ``1.93e-05`` -> ``0.0e-0``: every pattern of the parser sees digits only as digits, in runs of any
 length, so it matches the shape as it matches the line); a shape's record is its keys, each taken
-from the n-th free-standing number of the line.
+from the n-th number of the line that starts a word.
 
 The cache never guesses:
 - a key that holds a digit (``fc1``, ``top-1``, ``reward (last 100)``) leaves the shape to the parser:
   two lines of one shape may differ there;
 - a comma between digits (``1,234``: the parser counts the three digits after it) leaves the line to it;
-- a key whose value is not one number of the line (``45.6ms``), or several numbers of equal value,
+- a key whose value is not one number of the line (``1.2.3``), or several numbers of equal value,
   leaves the shape to the parser (after a few tries);
 - a shape is used only after the parser, run on a second line of that shape, gave exactly what the
   shape predicts. A non-finite value is taken as it was (``nan`` is a word, part of the shape).
@@ -24,9 +24,9 @@ import math
 import re
 from collections.abc import Callable
 
-# a number that stands free (nothing of a key or a unit touches it): ``lr: 1e-4``, ``loss=-0.5``,
-# not the ``1`` of ``top-1``, ``fc1`` or ``45.6ms``, not the total of ``10/1487``
-FREE_NUMBER = re.compile(r"(?<![\w./@\-])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+# a number that starts a word (a unit may follow it): ``lr: 1e-4``, ``loss=-0.5``, ``dt: 45.6ms``;
+# not the ``1`` of ``top-1`` or ``fc1``, not the total of ``10/1487``
+FREE_NUMBER = re.compile(r"(?<![\w./@\-])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\d.])")
 ZERO_DIGITS = str.maketrans("123456789", "000000000")
 COUNTED_DIGITS = re.compile(r"(?<=\d),(?=\d)")  # ``1,234``: the parser counts the digits after the comma
 CONFIRMATIONS = 1  # lines the parser must agree on after the line a shape was learnt from
