@@ -1,11 +1,13 @@
 """Wall time of `moeproxy diagnose FILE` on the largest labelled real logs, as a user runs it (a new
 process each time: start-up, reading, diagnosis, printing).
 
-    python bench/diagnose_speed.py [--largest 40] [--repeat 3] [DIR ...]
+    python bench/diagnose_speed.py [--largest 40] [--repeat 3] [--files F ...] [--reference DIR] [DIR ...]
 
-Prints each log's best-of-``--repeat`` time beside two references measured in the same run: a new
-Python process that does nothing (`python -c pass`) and `moeproxy diagnose` on the smallest labelled
-log (start-up and imports). The issue's target is under 2 s for every log.
+Prints each log's best-of-``--repeat`` time beside references measured in the same run: a new
+Python process that does nothing (`python -c pass`), `moeproxy diagnose` on the smallest labelled
+log (start-up and imports), and with ``--reference DIR`` the same command run from another checkout
+of moeproxy (``git worktree add DIR COMMIT``: an earlier commit, timed log by log beside this one, so
+that a machine that slows down in the middle slows both). The issue's target is under 2 s for every log.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("folders", nargs="*", type=Path)
     ap.add_argument("--largest", type=int, default=40, help="how many of the largest logs to time")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each command; the best is kept")
+    ap.add_argument("--files", nargs="*", type=Path, default=[], help="time these logs (besides the largest)")
+    ap.add_argument("--reference", type=Path, help="a checkout of moeproxy timed beside this one on each log")
     args = ap.parse_args(argv)
     folders = args.folders or sorted({p.parent for p in REAL.glob("*/labels*.json")})
     logs = sorted(labelled_logs(folders), key=lambda p: p.stat().st_size)
@@ -54,21 +58,45 @@ def main(argv=None) -> int:
         print("no labelled logs found", file=sys.stderr)
         return 1
     cli = [sys.executable, "-m", "moeproxy.cli", "diagnose"]
+    env = None
+    if args.reference:
+        import os
+
+        env = dict(os.environ, PYTHONPATH=str(args.reference.resolve()))
+
+    def timed(path: Path, reference: bool = False) -> tuple[float, int]:
+        command = cli + [str(path.resolve())]
+        if not reference:
+            return best_time(command, args.repeat)
+        best, rc = float("inf"), 0
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            rc = subprocess.run(command, cwd=args.reference, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL).returncode
+            best = min(best, time.perf_counter() - t0)
+        return best, rc
+
     nothing, _ = best_time([sys.executable, "-c", "pass"], args.repeat)
-    smallest, _ = best_time(cli + [str(logs[0])], args.repeat)
+    smallest, _ = timed(logs[0])
     print(f"python -c pass: {nothing:.2f} s; moeproxy diagnose on the smallest log "
           f"({logs[0].stat().st_size:,} bytes): {smallest:.2f} s")
     over = []
     rows = []
-    for n, path in enumerate(reversed(logs[-args.largest:]), 1):
-        seconds, rc = best_time(cli + [str(path)], args.repeat)
+    chosen = list(reversed(logs[-args.largest:])) if args.largest else []
+    chosen += [p for p in args.files if p.resolve() not in {c.resolve() for c in chosen}]
+    for n, path in enumerate(chosen, 1):
+        seconds, rc = timed(path)
         rows.append((seconds, path, rc))
         if seconds >= TARGET:
             over.append(path)
-        print(f"[{n}/{min(args.largest, len(logs))}] {seconds:5.2f} s  rc {rc}  {path.stat().st_size:>11,} B  "
-              f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
+        beside = ""
+        if args.reference:
+            ref, ref_rc = timed(path, reference=True)
+            beside = f"  (reference {ref:5.2f} s, rc {ref_rc})"
+        shown = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
+        print(f"[{n}/{len(chosen)}] {seconds:5.2f} s  rc {rc}{beside}  {path.stat().st_size:>11,} B  {shown}", flush=True)
     worst = max(rows, key=lambda r: r[0])
-    print(f"\n{len(rows)} largest of {len(logs)} logs: slowest {worst[0]:.2f} s ({worst[1].name}); "
+    print(f"\n{len(rows)} of {len(logs)} logs: slowest {worst[0]:.2f} s ({worst[1].name}); "
           f"{len(over)} at or over {TARGET:.0f} s")
     return 0
 

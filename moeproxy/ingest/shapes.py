@@ -9,8 +9,9 @@ length, so it matches the shape as it matches the line); a shape's record is its
 from the n-th number of the line that starts a word.
 
 The cache never guesses:
-- a key that holds a digit (``fc1``, ``top-1``, ``reward (last 100)``) leaves the shape to the parser:
-  two lines of one shape may differ there;
+- the digits of a word (``g_l1``, ``fc2``) are part of the shape as they are, so a key may hold them;
+  a key that holds another digit (``top-1``, ``layer.0``, ``reward (last 100)``) leaves the shape to
+  the parser: two lines of one shape may differ there;
 - a comma between digits (``1,234``: the parser counts the three digits after it) leaves the line to it;
 - a key whose value is not one number of the line (``1.2.3``), or several numbers of equal value,
   leaves the shape to the parser (after a few tries);
@@ -28,6 +29,11 @@ from collections.abc import Callable
 # not the ``1`` of ``top-1`` or ``fc1``, not the total of ``10/1487``
 FREE_NUMBER = re.compile(r"(?<![\w./@\-])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\d.])")
 ZERO_DIGITS = str.maketrans("123456789", "000000000")
+# digits that belong to a word (``g_l1``, ``fc2``): kept beside the shape, so that two lines of one
+# shape have the same keys
+WORD_DIGITS = re.compile(r"(?<=[A-Za-z_])\d+")
+# a digit in a key that is not such a word's (``top-1``, ``layer.0``, ``reward (last 100)``)
+LOOSE_DIGIT = re.compile(r"(?<![A-Za-z_\d])\d")
 COUNTED_DIGITS = re.compile(r"(?<=\d),(?=\d)")  # ``1,234``: the parser counts the digits after the comma
 CONFIRMATIONS = 1  # lines the parser must agree on after the line a shape was learnt from
 TRIES = 3  # lines of a shape tried before it is left to the parser
@@ -61,7 +67,7 @@ class ShapeCache:
         numbers = FREE_NUMBER.findall(text)
         if not numbers:  # no number: nothing to save
             return self.parse(text)
-        shape = shape_of(text)
+        shape = (shape_of(text), *WORD_DIGITS.findall(text))
         entry = self.learnt.get(shape)
         if entry is not None and entry[0] is not None and entry[1] >= CONFIRMATIONS:
             self.by_shape += 1
@@ -88,7 +94,7 @@ def _plan(record: dict[str, float], numbers: list[str]) -> list | None:
     values = [float(n) for n in numbers]
     plan = []
     for key, value in record.items():
-        if any(c.isdigit() for c in key):  # a digit the shape sets to 0 is part of the key
+        if LOOSE_DIGIT.search(key):  # a digit the shape sets to 0 is part of the key
             return None
         if not math.isfinite(value):  # a word of the shape (``nan``), never a number of the line
             if not all(math.isfinite(v) for v in values):

@@ -47,6 +47,8 @@ def test_a_key_with_a_digit_or_a_comma_number_is_never_taken_from_another_line()
     # a key with a number in it: the same shape once its numbers are set to 0, other keys
     lines += [f"mean reward (last {n}): {r}" for n, r in [(10, "5.0"), (10, "5.5"), (10, "6.0"), (100, "4.0"),
                                                          (100, "4.5"), (1000, "3.0")]]
+    lines += [f"g_l{k}: {v}, g_l{3 - k}: {w}, fc{k}_norm: {v}" for k, v, w in [(1, "0.5", "0.7"), (2, "0.5", "0.7"),
+                                                                         (1, "0.25", "0.5"), (2, "0.125", "0.5")]] * 2
     lines += [f"loss: {v} time {t}ms lr {lr}" for v, t, lr in [("2.5", "45.6", "1e-4"), ("2.25", "145.75", "1.5e-05"),
                                                              ("2.125", "5.5", "3e-05"), ("nan", "45.5", "3e-05")]]
     for line in lines:

@@ -355,8 +355,16 @@ def _tqdm_step(line: str, low: str):
     return before + " , " + rest
 
 
+# counters printed beside a named step (``(Iter 50) Batch 50/192960 (Epoch 1) d_real:0.06``): a batch's
+# place in the epoch and the epoch in parentheses are no metric, nor part of the next pair's name
+BESIDE_STEP = re.compile(r"(?<![\w/])batch\s*[:#]?\s*\d+\s*/\s*\d+(?![\w.])|\(\s*epoch\s*\d+\s*\)", re.IGNORECASE)
+
+
 def _named_step(line: str, low: str):
-    return _counter(STEP, line) if _may_count_steps(low) else None
+    hit = _counter(STEP, line) if _may_count_steps(low) else None
+    if hit is not None and ("batch" in low or "epoch" in low):
+        return hit[0], BESIDE_STEP.sub(" , ", hit[1])
+    return hit
 
 
 def _nested_progress_step(line: str, low: str):
