@@ -56,6 +56,9 @@ UNREAD = {
     # Namespace and a 290-line model summary, then a tab-separated epoch table under its own header;
     # the tables are 7 % of the lines
     "q8_02_fadnet-dispcsres-nan.log",
+    # a GAN's generator loss saved as 790 ``iteration value`` pairs on one line, each ended by ``\\``
+    # (a LaTeX table's rows: ``0 4.824 \\250 1.924 \\``), with no name for the value
+    "w8_03_oasis-gan-generator-loss.txt",
 }
 
 
