@@ -13,6 +13,7 @@ that a machine that slows down in the middle slows both). The issue's target is 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -35,11 +36,11 @@ def labelled_logs(folders: list[Path]) -> list[Path]:
     return logs
 
 
-def best_time(command: list[str], repeat: int) -> tuple[float, int]:
+def best_time(command: list[str], repeat: int, cwd: Path | None = None, env: dict | None = None) -> tuple[float, int]:
     best, rc = float("inf"), 0
     for _ in range(repeat):
         t0 = time.perf_counter()
-        rc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        rc = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
         best = min(best, time.perf_counter() - t0)
     return best, rc
 
@@ -58,23 +59,11 @@ def main(argv=None) -> int:
         print("no labelled logs found", file=sys.stderr)
         return 1
     cli = [sys.executable, "-m", "moeproxy.cli", "diagnose"]
-    env = None
-    if args.reference:
-        import os
-
-        env = dict(os.environ, PYTHONPATH=str(args.reference.resolve()))
+    env = dict(os.environ, PYTHONPATH=str(args.reference.resolve())) if args.reference else None
 
     def timed(path: Path, reference: bool = False) -> tuple[float, int]:
         command = cli + [str(path.resolve())]
-        if not reference:
-            return best_time(command, args.repeat)
-        best, rc = float("inf"), 0
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            rc = subprocess.run(command, cwd=args.reference, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL).returncode
-            best = min(best, time.perf_counter() - t0)
-        return best, rc
+        return best_time(command, args.repeat, args.reference, env) if reference else best_time(command, args.repeat)
 
     nothing, _ = best_time([sys.executable, "-c", "pass"], args.repeat)
     smallest, _ = timed(logs[0])

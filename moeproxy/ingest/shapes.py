@@ -71,21 +71,25 @@ class ShapeCache:
         entry = self.learnt.get(shape)
         if entry is not None and entry[0] is not None and entry[1] >= CONFIRMATIONS:
             self.by_shape += 1
-            return {key: (float(numbers[at]) if at is not None else value) for key, at, value in entry[0]}
+            return _apply(entry[0], numbers)
         record = self.parse(text)
         if entry is None:
             if len(self.learnt) < MAX_SHAPES:
                 self.learnt[shape] = [_plan(record, numbers), 0, 1]
             return record
         if entry[0] is not None:
-            predicted = {key: (float(numbers[at]) if at is not None else value) for key, at, value in entry[0]}
-            if _same(predicted, record):
+            if _same(_apply(entry[0], numbers), record):
                 entry[1] += 1
                 return record
         entry[2] += 1
         entry[0] = _plan(record, numbers) if entry[2] <= TRIES else None
         entry[1] = 0
         return record
+
+
+def _apply(plan: list, numbers: list[str]) -> dict[str, float]:
+    """The record a shape's plan reads from this line's numbers."""
+    return {key: (float(numbers[at]) if at is not None else value) for key, at, value in plan}
 
 
 def _plan(record: dict[str, float], numbers: list[str]) -> list | None:
