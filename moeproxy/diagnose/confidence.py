@@ -111,7 +111,8 @@ def basis_of(run: RunSeries, verdict: str, onset: int | None, findings: list[Fin
     decisive = any(rule_of(f.rule, f.category).decisive for f in cause_findings)
     agreeing = sum(1 for f in findings if f.severity == CRITICAL and label_of(f.category) == verdict)
     if cause_findings and all(rule_of(f.rule, f.category).tentative for f in cause_findings):
-        return "tentative", "read from what never happened (a return that never rose): a slow run reads alike"
+        return "tentative", ("read from what never happened (a return that never rose, a loss that never left its band): "
+                             "a slow run reads alike")
     if onset is not None and onset <= run.first_step and not decisive:
         return "first_record", "the failure shows from the first record: no healthy stretch to compare with"
     if n < cfg.short_run:

@@ -30,6 +30,8 @@ thresholds(
                     "are together: the causal order decides"),
     learned_verdict=(0, "1: the verdict is the label the shipped forest (forest.py) finds likeliest for the "
                         "run's series and the rules' verdict; 0: the rules' causal order alone"),
+    fall_done_share=(0.5, "a fall (a reward falling) completed where its level is within this share of the drop "
+                           "from just before it to its last tenth: damage that started before that explains it"),
     forest_min_examples=(30, "a rules' verdict of a label the forest was fitted on fewer real logs of than "
                              "this stands (the forest cannot weigh it)"),
 )
@@ -54,7 +56,7 @@ def decide(run: RunSeries, findings: list[Finding], config: DiagnoseConfig, data
     """The findings contract from a run's findings: verdict, onset, confidence, alternatives."""
     tie = tie_window(run, config.tie_records)
     findings = promote_damaging_spikes(findings, tie)
-    findings = demote_symptoms(findings)
+    findings = demote_symptoms(findings, run, config.fall_done_share, int(config.spike_recover_records))
     cause = causal_choice(findings, tie)
     rules_cause = cause
     reading = forest_reading(run, findings, cause, int(config.forest_min_examples))

@@ -305,3 +305,11 @@ def fmt(value: float) -> str:
     if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
         return f"{value:.3g}"
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def printed_unit(values: np.ndarray) -> float:
+    """The smallest step of the digits these values were printed with (1e-4 for 0.0017, 0.0004):
+    the most decimals any of them shows in its shortest round-trip form."""
+    decimals = max((len(np.format_float_positional(float(v), unique=True, trim="-").partition(".")[2])
+                    for v in values[:200]), default=0)
+    return 10.0 ** -decimals

@@ -19,6 +19,10 @@ Properties:
   deterministic output did not blow it up, and LABELS.md takes the lasting collapse as the anomaly).
 - ``symptom_of``: labels whose lasting damage, when it starts with or before this rule's finding,
   makes the finding its symptom (a train/rollout gap opened by the policy blowing up).
+- ``falls``: the finding is a fall to a lower level that takes records to complete (a reward
+  falling); lasting damage of a ``symptom_of`` label that starts before the fall completed explains
+  it (LABELS.md: "a reward that falls after a policy blow-up is divergence": a return that was
+  sliding when the critic blew up, and fell to nothing with the blow-up, fell because of it).
 - ``tentative``: the rule reads an absence (a return that never rose) on a noisy series, where a
   careful engineer may read a slow healthy run: confidence is ``medium`` at most on it alone.
 - ``chain``: the rule's place in the causal chain when it differs from its category's (an overflow
@@ -67,6 +71,7 @@ class Rule:
     spike: bool = False
     damage: bool = False
     symptom_of: tuple[str, ...] = ()
+    falls: bool = False
     tentative: bool = False
     chain: float | None = None
     thresholds: tuple[str, ...] = ()
@@ -86,6 +91,7 @@ RULES: Registry[Rule] = Registry("rule")
 
 def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...] = (),
             spike: tuple[str, ...] = (), damage: tuple[str, ...] = (), tentative: tuple[str, ...] = (),
+            falls: tuple[str, ...] = (),
             symptom_of: dict[str, tuple[str, ...]] | None = None,
             chain: dict[str, float] | None = None,
             thresholds: dict[str, tuple[str, ...]] | None = None) -> dict[str, Rule]:
@@ -94,7 +100,7 @@ def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...
     out = {}
     for name, what in measures.items():
         rule = Rule(name, category, what, decisive=name in decisive, spike=name in spike,
-                    damage=name in damage, tentative=name in tentative, symptom_of=(symptom_of or {}).get(name, ()),
+                    damage=name in damage, tentative=name in tentative, falls=name in falls, symptom_of=(symptom_of or {}).get(name, ()),
                     chain=(chain or {}).get(name),
                     thresholds=(thresholds or {}).get(name, ()))
         RULES.add(name, rule)

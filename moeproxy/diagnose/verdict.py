@@ -16,7 +16,10 @@ Before that, a lasting finding that is a symptom of damage that started before i
 
 from __future__ import annotations
 
+import numpy as np
+
 from moeproxy.diagnose.catalog import rule_of
+from moeproxy.diagnose.robust import tail_level
 from moeproxy.diagnose.rules import label_of
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, DIVERGENCE, MAIN_CATEGORIES, SEVERITIES, WARNING, Finding
@@ -43,20 +46,55 @@ def promote_damaging_spikes(findings: list[Finding], tie: float) -> list[Finding
     return out
 
 
-def demote_symptoms(findings: list[Finding]) -> list[Finding]:
+def fall_end(run: RunSeries | None, finding: Finding, done_share: float, level_records: int) -> int | None:
+    """The step a fall (``Rule.falls``) completed: the first record from its onset on where the
+    series' rolling median (``level_records`` records) is within ``done_share`` of the drop from its
+    level just before the onset to its last tenth's level; the onset itself when the series is not
+    logged or did not fall."""
+    s = run.get(finding.metric) if run is not None else None
+    if s is None or finding.onset_step is None:
+        return finding.onset_step
+    s = s[np.isfinite(s.to_numpy(dtype=float))]
+    k = max(1, int(level_records))
+    before = s[s.index < finding.onset_step].to_numpy(dtype=float)[-k:]
+    after = s[s.index >= finding.onset_step]
+    if not before.size or len(after) < 2:
+        return finding.onset_step
+    top, final = float(np.median(before)), tail_level(after.to_numpy(dtype=float))
+    if not top > final:
+        return finding.onset_step
+    level = after.rolling(k, min_periods=1).median().to_numpy()
+    done = np.flatnonzero(level <= final + done_share * (top - final))
+    return int(after.index[int(done[0])]) if done.size else int(after.index[-1])
+
+
+def demote_symptoms(findings: list[Finding], run: RunSeries | None = None, done_share: float = 0.0,
+                    level_records: int = 1) -> list[Finding]:
     """A lasting finding whose rule names it a possible symptom (``Rule.symptom_of``) becomes a
-    warning when lasting damage of that label (``Rule.damage``: the policy blowing up) started
-    before it (LABELS.md: "a gap that opens only after the policy has already blown up"; a gap that
-    opens with the blow-up is upstream of it in the chain): a near-uniform policy samples the
-    low-probability tokens where the trainer and the rollout engine disagree most."""
+    warning when lasting damage of that label (a ``Rule.damage`` rule: the policy blowing up; or a
+    decisive one: a blow-up of orders of magnitude) started before it (LABELS.md: "a gap that opens
+    only after the policy has already blown up"; a gap that opens with the blow-up is upstream of it
+    in the chain): a near-uniform policy samples the low-probability tokens where the trainer and
+    the rollout engine disagree most. A fall (``Rule.falls``) is a symptom of damage that started
+    before it completed (``fall_end``; damage of a main category: a response length running away is
+    how a reward collapse shows, not what explains it): the return was still on its way down when the critic blew up,
+    and it fell the rest of the way with the blow-up."""
     damage = [f for f in findings if f.severity == CRITICAL and f.onset_step is not None
-              and rule_of(f.rule, f.category).damage]
+              and (rule_of(f.rule, f.category).damage or rule_of(f.rule, f.category).decisive)]
     out = []
     for f in findings:
-        labels = rule_of(f.rule, f.category).symptom_of if f.severity == CRITICAL else ()
-        hit = next((d for d in damage if label_of(d.category) in labels and d.onset_step < f.onset_step),
-                   None) if labels and f.onset_step is not None else None
-        if hit is not None:
+        rule = rule_of(f.rule, f.category)
+        labels = rule.symptom_of if f.severity == CRITICAL and f.onset_step is not None else ()
+        by = f.onset_step
+        if labels and rule.falls:
+            by = fall_end(run, f, done_share, level_records)
+        hit = next((d for d in damage if label_of(d.category) in labels and d is not f and d.onset_step < by
+                    and (d.category in MAIN_CATEGORIES or not rule.falls)), None) if labels else None
+        if hit is not None and rule.falls:
+            f = Finding(f.category, f.onset_step, WARNING, f.metric, "fall_with_blowup",
+                        f"{f.evidence}; but {hit.metric} [{hit.rule}] blew up from step {hit.onset_step}, before "
+                        f"{f.metric} had finished falling (step {by}): the fall is what the blow-up did")
+        elif hit is not None:
             f = Finding(f.category, f.onset_step, WARNING, f.metric, "mismatch_with_blowup",
                         f"{f.evidence}; but {hit.metric} [{hit.rule}] changed for good from step "
                         f"{hit.onset_step}: a gap opened by the policy blowing up, not by the engines' precision")
@@ -123,5 +161,5 @@ def order_findings(findings: list[Finding], verdict: str) -> list[Finding]:
     return sorted(findings, key=key)
 
 
-__all__ = ["alternatives", "candidates", "causal_choice", "demote_symptoms", "lasting", "order_findings",
+__all__ = ["alternatives", "candidates", "causal_choice", "demote_symptoms", "fall_end", "lasting", "order_findings",
            "promote_damaging_spikes", "tie_window"]

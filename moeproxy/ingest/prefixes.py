@@ -10,9 +10,10 @@ import re
 
 RANK_PREFIX = re.compile(r"^\s*(?:\[default(\d+)\]:|\[rank(\d+)\]:?|\[RANK (\d+)\]|rank(\d+):)")
 TIMESTAMP = re.compile(
-    r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?"
+    r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2}|\s(?:UTC|GMT|[A-Z]{1,3}T)\b)?\]?"
     r"|\[?\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b\]?"
 )
+# (a zone's name after the clock, rllab's ``2017-06-05 22:10:25.503447 EDT | ``, is the timestamp's)
 # glog's line prefix (TensorFlow 1's C++ logging, ``tf.Print``): severity, perhaps date, time and
 # thread, then the source file and line, ``I tensorflow/core/kernels/logging_ops.cc:64] `` or
 # ``I0604 12:34:56.789012  1234 logging_ops.cc:79] ``

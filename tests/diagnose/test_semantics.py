@@ -219,9 +219,10 @@ def test_a_loss_that_converged_to_a_printed_zero_is_not_the_nan_filter():
     loss = np.r_[np.linspace(0.17, 0.1, 30), 0.1 * np.exp(-np.arange(20) / 2.5), np.zeros(10)]  # memorised
     grad = np.r_[np.linspace(0.5, 3e-3, 50), np.full(10, 5e-4)]
     assert diagnose_series({"loss": loss, "grad_norm": grad})["verdict"] == "healthy"
-    # from where the loss was straight to 0.0 and staying: HF's NaN filter, overflow
+    # from where the loss was straight to 0.0 and staying, in the HF Trainer's records (its fractional
+    # epoch): its NaN filter, overflow
     jump = np.r_[_healthy_loss(50), np.zeros(10)]
-    res = diagnose_series({"loss": jump, "grad_norm": np.full(n, 1.0)})
+    res = diagnose_series({"loss": jump, "grad_norm": np.full(n, 1.0), "epoch": np.arange(1, n + 1) * 0.05})
     assert res["verdict"] == "overflow" and res["onset_step"] == 50
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import diff_noise, fmt, quarter_count
+from moeproxy.diagnose.robust import diff_noise, fmt, printed_unit, quarter_count
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
 from moeproxy.vocabulary import is_validation_loss
@@ -32,6 +32,8 @@ thresholds(
     empty_update_share=(0.8, "RL updates with a loss exactly 0 on this share of records: nothing is learned"),
     same_value=(1e-6, "relative agreement at which two printed losses are the same number"),
     min_digits=(4, "significant digits a repeated loss must show to mean a frozen loss"),
+    entropy_frozen_digits=(3, "an entropy repeated in every record from the start is frozen when printed with this many "
+                              "significant digits or more (Stable-Baselines prints three: -14.2)"),
     never_learned_records=(8, "records from the run's start over which a loss that never moves never learned"),
     never_learned_band=(0.02, "... its 5-95 % range within this share of its level"),
     never_learned_trend=(0.01, "... or, noisier, its first and last quarters' medians this close"),
@@ -64,6 +66,8 @@ RULES = declare(VANISHING_GRADIENT, {
     "loss_cycle_repeats": "a training loss repeating an earlier run of its values exactly, record for record, to the "
                           "end (the same batches, epoch after epoch): the weights no longer change",
     "loss_zero_throughout": "a (non-RL) training loss exactly 0 in every record: no gradient, no update ever made",
+    "loss_zero_to_end": "a (non-RL) training loss that drops from its level to exactly 0 and stays 0 to the end: no "
+                        "gradient from there on (a margin loss every example satisfies)",
     "updates_empty": "an RL loss exactly 0 on nearly every update, the reward stuck at its floor: nothing is learned",
     "reward_at_floor": "an RL reward exactly at its lowest value on nearly every record, to the end: nothing is learned",
     "groups_all_equal": "the groups' reward std 0 on nearly every record and the reward level: nothing is learned",
@@ -75,10 +79,11 @@ RULES = declare(VANISHING_GRADIENT, {
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
     "loss_at_chance": "a training loss that stays at ln(k), a k-way classifier's chance level, from the run's start "
                       "to its end: the model never learned more than the class prior",
-    "entropy_frozen": "an RL policy's entropy at one value, to seven digits, in every record from the run's start: the "
+    "entropy_frozen": "an RL policy's entropy at one value, as printed (three digits or more), in every record from "
+                      "the run's start: the "
                       "policy's distribution never changed, no update reached it",
-}, tentative=("reward_never_improved",),
-   thresholds={"entropy_frozen": ("never_learned_records", "same_value", "min_digits"),
+}, tentative=("reward_never_improved", "loss_never_moved"),
+   thresholds={"entropy_frozen": ("never_learned_records", "same_value", "entropy_frozen_digits"),
                "loss_at_chance": ("chance_classes", "chance_band", "never_learned_records"),
                "loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
@@ -92,6 +97,7 @@ RULES = declare(VANISHING_GRADIENT, {
                "loss_frozen": ("vanishing_min_records", "same_value", "min_digits"),
                "loss_cycle_repeats": ("vanishing_min_records", "same_value", "min_digits", "cycle_distinct_share"),
                "loss_zero_throughout": ("vanishing_min_records",),
+               "loss_zero_to_end": ("vanishing_min_records", "converged_share"),
                "updates_empty": ("empty_update_share", "vanishing_min_records"),
                "reward_at_floor": ("empty_update_share", "vanishing_min_records", "floor_tolerance"),
                "groups_all_equal": ("empty_update_share", "vanishing_min_records")})
@@ -201,6 +207,25 @@ def _never_updated(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     f"ever applied")]
 
 
+def _zero_to_end(v: np.ndarray, cfg: DiagnoseConfig) -> int | None:
+    """Position of the first of the last ``vanishing_min_records`` or more records that are exactly
+    0, after a record at its level (not one already near 0, below ``converged_share`` of the loss's
+    median, or within two of the last digit it is printed with: a loss that converged and printed
+    as 0.0); None otherwise."""
+    v = v[np.isfinite(v)]
+    zero = v == 0.0
+    tail = _tail_run(zero)
+    j = v.size - tail
+    if tail < cfg.vanishing_min_records or j == 0:
+        return None
+    positive = v[:j][v[:j] > 0]
+    if not positive.size or not v[j - 1] >= cfg.converged_share * float(np.median(positive)):
+        return None
+    if v[j - 1] <= 2 * printed_unit(positive):  # down to the last printed digit, then 0.0: converged
+        return None
+    return j
+
+
 def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """A loss (training, or evaluation on a fixed set) that repeats one non-zero value to
     ``same_value`` for at least ``vanishing_min_records`` records through the end: the weights stopped
@@ -218,6 +243,19 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             return [Finding(VANISHING_GRADIENT, first, CRITICAL, train[0], "loss_zero_throughout",
                             f"{train[0]} is exactly 0 in all {v.size} records from step {first}: a loss of 0 "
                             f"gives no gradient, no update was ever made")]
+        zero_from = _zero_to_end(v, cfg)
+        at = int(train[1].index[zero_from]) if zero_from is not None else None
+        grad = run.resolve("grad_norm") if at is not None else None
+        if grad is not None:  # a loss of 0 that still moves the weights is a loss printed 0, not no gradient
+            g = grad[1][grad[1].index >= at].to_numpy(dtype=float)
+            g = g[np.isfinite(g)]
+            if g.size and float(np.median(g)) > 0:
+                at = None
+        if at is not None:
+            return [Finding(VANISHING_GRADIENT, at, CRITICAL, train[0], "loss_zero_to_end",
+                            f"{train[0]} went from {v[zero_from - 1]:.6g} at step {int(train[1].index[zero_from - 1])} "
+                            f"to exactly 0 at step {at} and stayed 0 for its last {v.size - zero_from} records: a loss "
+                            f"of 0 gives no gradient, no update from there on")]
     names = ([train[0]] if train else []) + [n for n, _ in run.matching(
         lambda n: n.endswith("loss") and n.split("/")[0].split("_")[0] in ("eval", "val", "validation", "valid"))]
     if run.is_rl and train is not None:
@@ -402,8 +440,8 @@ def _reward_at_floor(reward: tuple[str, pd.Series], cfg: DiagnoseConfig) -> Find
 
 def _entropy_frozen(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """LABELS.md "the run never learns at all", read on an RL policy's entropy: one value (to
-    ``same_value``, printed to ``min_digits`` or more: 1.9459 = ln 7, a uniform policy over seven
-    actions; 1.4189, an untrained unit Gaussian) in every one of ``never_learned_records`` records or
+    ``same_value``, printed to ``entropy_frozen_digits`` or more: 1.9459 = ln 7, a uniform policy over
+    seven actions; 1.4189, an untrained unit Gaussian; Stable-Baselines' -14.2, ten of them) in every one of ``never_learned_records`` records or
     more, from the run's start to its end. Any update that reached the policy would have moved it."""
     found = run.resolve("policy_entropy")
     if found is None or not run.is_rl:
@@ -411,7 +449,9 @@ def _entropy_frozen(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     name, s = found
     s = s[np.isfinite(s.to_numpy())]
     v = s.to_numpy(dtype=float)
-    if v.size < cfg.never_learned_records or v[-1] == 0 or _digits(v[-1]) < cfg.min_digits:
+    if v.size < cfg.never_learned_records or v[-1] == 0:
+        return []
+    if _digits(v[-1]) < cfg.entropy_frozen_digits:
         return []
     if not (np.abs(v - v[-1]) <= cfg.same_value * abs(v[-1])).all() or not _from_run_start(run, s):
         return []

@@ -21,7 +21,7 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.robust import fmt, printed_unit
 from moeproxy.diagnose.semantics import loss_printed_zero_throughout, startup_end_step
 from moeproxy.vocabulary import is_validation_loss
 from moeproxy.diagnose.series import RunSeries
@@ -381,20 +381,25 @@ def _nan_filtered_from_start(run: RunSeries) -> list[Finding]:
     return []
 
 
-def _printed_unit(values: np.ndarray) -> float:
-    """The smallest step of the digits these values were printed with (1e-4 for 0.0017, 0.0004):
-    the most decimals any of them shows in its shortest round-trip form."""
-    decimals = max((len(np.format_float_positional(float(v), unique=True, trim="-").partition(".")[2])
-                    for v in values[:200]), default=0)
-    return 10.0 ** -decimals
+def _fractional_epochs(run: RunSeries) -> bool:
+    """Whether the run logs an ``epoch`` with fractions (HF Trainer's ``'epoch': 0.62``)."""
+    e = run.get("epoch")
+    if e is None:
+        return False
+    v = e.to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    return bool(v.size) and bool((v != np.round(v)).any())
 
 
 def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """HF Trainer's ``logging_nan_inf_filter`` (on by default) leaves NaN/inf step losses out of the
     logged average; when every step of a logging window was non-finite nothing is left and it logs
     a loss of exactly 0.0. A loss that was positive and is exactly 0 on every record to the end is
-    such a run. Not in RL, where a zero loss is a group whose rewards were all equal."""
-    if run.is_rl:
+    such a run. Not in RL, where a zero loss is a group whose rewards were all equal; and only in a
+    log that carries the Trainer's fractional epoch (``'epoch': 0.62``): a loss a trainer without
+    that filter prints as exactly 0 epoch after epoch (Keras' ``loss: 0.0000e+00``) is 0, no update
+    (LABELS.md: losses repeating exactly)."""
+    if run.is_rl or not _fractional_epochs(run):
         return []
     found = run.resolve("loss")
     if found is None:
@@ -414,7 +419,7 @@ def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         # the loss was already near 0 and went on to print as 0.0 (a small set memorised): it
         # converged; a NaN-filtered window drops to 0 from where the loss was
         return []
-    if positive.size and vals[j - 1] <= 2 * _printed_unit(positive):
+    if positive.size and vals[j - 1] <= 2 * printed_unit(positive):
         # the loss came down to the last digit the trainer prints (0.0017, 0.0004, 0.0001 printed to
         # four decimals) and then printed as 0.0: a converged loss below the rounding (a saturated
         # DPO loss), not a window of NaN losses, which drops to 0 from where the loss was

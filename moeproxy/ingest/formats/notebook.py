@@ -33,14 +33,22 @@ def _text(value) -> str:
 def output_text(doc: dict) -> tuple[str, int, str]:
     """(the text of every cell output in order, how many outputs gave text, the text of the
     outputs' HTML tables alone)."""
+    text, outputs, tables, _ = cell_texts(doc)
+    return text, outputs, tables
+
+
+def cell_texts(doc: dict) -> tuple[str, int, str, list[str]]:
+    """``output_text``'s three, and each cell's output text on its own (cells with none left out)."""
     parts: list[str] = []
     table_parts: list[str] = []
+    cells_text: list[str] = []
     cells = doc.get("cells")
     if not isinstance(cells, list):  # nbformat 3 kept the cells in worksheets
         cells = [c for ws in doc.get("worksheets") or [] if isinstance(ws, dict) for c in ws.get("cells") or []]
     for cell in cells:
         if not isinstance(cell, dict):
             continue
+        before = len(parts)
         for out in cell.get("outputs") or []:
             if not isinstance(out, dict):
                 continue
@@ -62,7 +70,9 @@ def output_text(doc: dict) -> tuple[str, int, str]:
                 text = ""
             if text:
                 parts.append(text if text.endswith("\n") else text + "\n")
-    return "".join(parts), len(parts), "\n".join(table_parts)
+        if len(parts) > before:
+            cells_text.append("".join(parts[before:]))
+    return "".join(parts), len(parts), "\n".join(table_parts), cells_text
 
 
 def sniff_notebook(src: SourceFile) -> float:
@@ -83,7 +93,7 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
         raise InputError(f"{src.path}: a Jupyter notebook that is not valid JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise InputError(f"{src.path}: not a Jupyter notebook (its JSON is not an object)")
-    text, outputs, tables = output_text(doc)
+    text, outputs, tables, cells = cell_texts(doc)
     source = f"read from the text of {outputs} cell output(s)"
     if not text.strip():
         raise InputError(f"{src.path}: a Jupyter notebook with no cell output to read as a log")
@@ -95,6 +105,21 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
         except InputError as exc:
             message = str(exc).replace(str(inner_path), f"{src.path} (its cell outputs)")
             raise InputError(message) from None
+        # the longest cell output read on its own: a training cell's Stable-Baselines tables after an
+        # earlier cell's ``Episode: 1/500, Score: 28`` lines, whose format the whole text was read in
+        # (its head); it takes over when it holds more values of known metrics
+        longest = max(cells, key=len, default="")
+        if len(cells) > 1 and len(longest) > len(text) / 2:
+            cell_path = Path(folder) / (src.path.stem + ".cell.log")
+            cell_path.write_text(longest, encoding="utf-8")
+            try:
+                in_cell = parse_file(cell_path)
+            except InputError:
+                in_cell = None
+            if in_cell is not None and in_cell.format != inner.format and \
+                    (_known_values(in_cell), len(in_cell.rows)) > (_known_values(inner), len(inner.rows)):
+                inner, inner_path = in_cell, cell_path
+                source = "read from its longest cell output"
         if tables.strip():
             # the outputs' HTML tables read on their own (a Trainer's progress table printed after
             # thousands of lines of sampled completions, further than detection looks past a

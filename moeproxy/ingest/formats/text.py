@@ -306,7 +306,15 @@ def _strip(line: str) -> str:
     line = RANK_PREFIX.sub("", line, count=1)
     if line[:1] in GLOG_SEVERITIES or line[:1].isspace():
         line = GLOG_PREFIX.sub("", line, count=1)
-    return without_timestamps(line)
+    out = without_timestamps(line)
+    if out is not line and out[:1].isspace():
+        # the bar that closed a timestamp prefix (rllab's ``2017-06-05 22:10:25 EDT | itr #0 | ...``): the
+        # line's text starts after it, not at a bar that opens a table's row
+        out = TIMESTAMP_BAR.sub("", out, count=1)
+    return out
+
+
+TIMESTAMP_BAR = re.compile(r"^\s+\|\s")
 
 
 def _may_count_steps(low: str) -> bool:
@@ -367,6 +375,18 @@ def _named_step(line: str, low: str):
     return hit
 
 
+# ``epoch 0[4500], loss: 3.3``: the iteration in brackets right after the epoch is the step (the epoch
+# stays in the record: a bracketed count that restarts with each epoch runs on across them)
+EPOCH_ITERATION = re.compile(r"(?<![\w/])epoch\s*[:=#]?\s*(\d+)\s*\[\s*(\d+)\s*\]", re.IGNORECASE)
+
+
+def _epoch_iteration_step(line: str, low: str):
+    m = EPOCH_ITERATION.search(line) if "epoch" in low and "[" in line else None
+    if m:
+        return int(m.group(2)), f"{line[: m.start()]} , epoch {m.group(1)} , {line[m.end():]}"
+    return None
+
+
 def _nested_progress_step(line: str, low: str):
     m = NESTED_PROGRESS.search(line) if "[" in line else None
     if m:
@@ -400,11 +420,12 @@ def _name_value_step(line: str, low: str):
     return _step_name_value(line)
 
 
-# every pattern up to ``_named_step`` needs a progress fraction: a line without ``/`` starts there
+# every pattern up to ``_named_step`` needs a progress fraction: a line without ``/`` starts there (and
+# skips the fraction patterns after ``_epoch_iteration_step``)
 WITH_FRACTION = (_mmengine_step, _epoch_batches_step, _lightning_step, _tqdm_step, _named_step,
-                 _nested_progress_step, _progress_step, _leading_fraction_step, _batch_fraction_step,
+                 _epoch_iteration_step, _nested_progress_step, _progress_step, _leading_fraction_step, _batch_fraction_step,
                  _name_value_step)
-WITHOUT_FRACTION = (_named_step, _name_value_step)
+WITHOUT_FRACTION = (_named_step, _epoch_iteration_step, _name_value_step)
 
 
 def _walk_steps(line: str) -> tuple[tuple[int, str] | None, tuple[int, ...]]:
@@ -564,6 +585,15 @@ def parse_text(src: SourceFile) -> ParsedLog:
             entries.append((STEPPED, int(bar.group(1)), rank_of(raw), record))
             counts[STEPPED] += 1
             unread_since_record = 0
+            continue
+        if bar and header_epoch is not None and int(bar.group(1)) == int(bar.group(2)) and (
+                record := read_pairs(line[bar.end():])):
+            # the epoch's closing bar (``2/2 ━━━━ 1s - loss: 0.4 - val_loss: 0.6``): the epoch's record,
+            # read by epoch however many batch lines were printed before it (a batch's line left in
+            # a pasted log by a warning printed into it, ``1/2 ━━ - loss: nan[WARNING] ...``); the
+            # log is read by epoch when these outnumber the batch lines
+            entries.append((BY_EPOCH, header_epoch, rank_of(raw), record))
+            counts[BY_EPOCH] += 1
             continue
         if bar and int(bar.group(1)) < int(bar.group(2)) and (record := read_pairs(line[bar.end():])):
             # a batch's line within the epoch (its last, ``469/469``, is the epoch's summary, read by
