@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
@@ -39,9 +38,6 @@ thresholds(
     entropy_stall_share=(0.1, "a reward that gains at most this share of its whole rise once the entropy "
                               "collapsed has stalled (LABELS.md: 'reward flat or falling after')"),
     entropy_stall_span=(0.25, "... over at least this share of the run's records"),
-    entropy_converged_within=(0.2, "a reward whose last quarter holds its best level to within this share of its "
-                                   "whole rise, after rising most of the way while the entropy fell, converged "
-                                   "(LABELS.md: entropy falling while the reward rises is sharpening); 0: never"),
     std_blowup_factor=(2.5, "a Gaussian policy's action std this many times its start, at the end, climbing: the "
                             "policy blew up toward random actions (its entropy grows with the std's log)"),
     std_at_top=(0.8, "... its last tenth at this share of its highest record or more (still up, not back down)"),
@@ -67,8 +63,7 @@ RULES.update(declare(ENTROPY_COLLAPSE, {
     "entropy_floor": "policy entropy below a small share of its start while the reward stalls",
     "entropy_drop_reward_rising": "entropy falling while the reward rises (sharpening, not a collapse)",
     "entropy_drop_reward_at_ceiling": "entropy falling after the reward rose to its ceiling (converged, not a collapse)",
-}, thresholds={"entropy_drop_reward_at_ceiling": ("entropy_converged_within",),
-               "entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays", "entropy_stall_share",
+}, thresholds={"entropy_floor": ("entropy_floor_fraction", "entropy_floor_stays", "entropy_stall_share",
                                   "entropy_stall_span", "entropy_rise_share", "spike_recover_records",
                                   "entropy_update_drop")}))
 
@@ -86,34 +81,6 @@ def _at_ceiling(reward, noise: float) -> tuple[float, float] | None:
     if at_top.mean() >= 0.5 and top - start > max(3 * noise, 0.01 * abs(top)):
         return start, top
     return None
-
-
-def _converged(reward, onset: int, cfg: DiagnoseConfig) -> str | None:
-    """How a reward converged, or None: it rose from its start by most of its range, and its last
-    quarter's level is within ``entropy_converged_within`` of that rise below the best level it held
-    (a rolling median over a tenth of the run) from the entropy's fall on: it holds its best, it did
-    not stop short of it."""
-    if not cfg.entropy_converged_within:
-        return None
-    r = reward[np.isfinite(reward.to_numpy())]
-    v = r.to_numpy(dtype=float)
-    n = v.size
-    if n < 4 * cfg.min_history:
-        return None
-    k = max(3, n // 10)
-    level = pd.Series(v).rolling(k, min_periods=k // 2 + 1, center=True).median().to_numpy()
-    start = head_level(v, share=0.05, minimum=2)
-    after = np.flatnonzero(r.index.to_numpy() >= onset)
-    if not after.size or not np.isfinite(level[after]).any():
-        return None
-    best = float(np.nanmax(level[after]))
-    last = tail_level(v, share=0.25)
-    rise = best - start
-    spread = float(np.quantile(v, 0.95) - np.quantile(v, 0.05))
-    if not (rise > 0 and rise >= 0.5 * spread and best - last <= cfg.entropy_converged_within * rise):
-        return None
-    return (f"rose from {fmt(start)} to hold its best level, {fmt(best)}: its last quarter's median {fmt(last)} is "
-            f"within {fmt(100 * cfg.entropy_converged_within)}% of that rise")
 
 
 def _lasting_rises(s, start: float, cfg: DiagnoseConfig, bar: float | None = None):
@@ -333,10 +300,6 @@ def detect_entropy_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
             # a reward that stopped improving for a long stretch is the collapse, from where it stopped
             floor_at = _below_floor_from(s, start, cfg)
             stalled = None if floor_at is None else _reward_stalls_from(run, rname, max(floor_at, onset), noise, cfg)
-            converged = _converged(run.get(rname), onset, cfg) if stalled is not None else None
-            if converged is not None:
-                return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_at_ceiling",
-                                text + f"; {rname} {converged} (converged)")]
             if stalled is None:
                 return [Finding(ENTROPY_COLLAPSE, onset, WARNING, name, "entropy_drop_reward_rising",
                                 text + f"; {rname} still rose {change} (sharpening)")]

@@ -75,6 +75,19 @@ def cell_texts(doc: dict) -> tuple[str, int, str, list[str]]:
     return "".join(parts), len(parts), "\n".join(table_parts), cells_text
 
 
+def _read_part(path: Path, text: str, read: ParsedLog) -> tuple[ParsedLog, Path] | None:
+    """``text`` (a part of the outputs) written to ``path`` and read as a log of its own: it and its
+    path when it holds more values of known metrics (then more rows) than ``read``; else None."""
+    from moeproxy.ingest import _known_values, parse_file
+
+    path.write_text(text, encoding="utf-8")
+    try:
+        part = parse_file(path)
+    except InputError:
+        return None
+    return (part, path) if (_known_values(part), len(part.rows)) > (_known_values(read), len(read.rows)) else None
+
+
 def sniff_notebook(src: SourceFile) -> float:
     if src.encoding is None:
         return 0.0
@@ -85,7 +98,7 @@ def sniff_notebook(src: SourceFile) -> float:
 
 
 def parse_notebook(src: SourceFile) -> ParsedLog:
-    from moeproxy.ingest import _known_values, parse_file
+    from moeproxy.ingest import parse_file
 
     try:
         doc = json.loads(src.read_text(whole=True))
@@ -107,32 +120,20 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
             raise InputError(message) from None
         # the longest cell output read on its own: a training cell's Stable-Baselines tables after an
         # earlier cell's ``Episode: 1/500, Score: 28`` lines, whose format the whole text was read in
-        # (its head); it takes over when it holds more values of known metrics
+        # (its head); it takes over, in another format, when it holds more values of known metrics
         longest = max(cells, key=len, default="")
         if len(cells) > 1 and len(longest) > len(text) / 2:
-            cell_path = Path(folder) / (src.path.stem + ".cell.log")
-            cell_path.write_text(longest, encoding="utf-8")
-            try:
-                in_cell = parse_file(cell_path)
-            except InputError:
-                in_cell = None
-            if in_cell is not None and in_cell.format != inner.format and \
-                    (_known_values(in_cell), len(in_cell.rows)) > (_known_values(inner), len(inner.rows)):
-                inner, inner_path = in_cell, cell_path
+            found = _read_part(Path(folder) / (src.path.stem + ".cell.log"), longest, inner)
+            if found is not None and found[0].format != inner.format:
+                inner, inner_path = found
                 source = "read from its longest cell output"
-        if tables.strip():
-            # the outputs' HTML tables read on their own (a Trainer's progress table printed after
-            # thousands of lines of sampled completions, further than detection looks past a
-            # preamble): they take over when they hold more values of known metrics
-            table_path = Path(folder) / (src.path.stem + ".tables.md")
-            table_path.write_text(tables, encoding="utf-8")
-            try:
-                in_tables = parse_file(table_path)
-            except InputError:
-                in_tables = None
-            if in_tables is not None and (_known_values(in_tables), len(in_tables.rows)) > (_known_values(inner), len(inner.rows)):
-                inner, inner_path = in_tables, table_path
-                source = "read from the HTML tables of its cell outputs"
+        # the outputs' HTML tables read on their own (a Trainer's progress table printed after
+        # thousands of lines of sampled completions, further than detection looks past a
+        # preamble): they take over when they hold more values of known metrics
+        found = _read_part(Path(folder) / (src.path.stem + ".tables.md"), tables, inner) if tables.strip() else None
+        if found is not None:
+            inner, inner_path = found
+            source = "read from the HTML tables of its cell outputs"
     notes = [f"{source} of a Jupyter notebook"] + inner.notes
     warnings = [w.replace(str(inner_path), f"{src.path} (its cell outputs)").replace(os.path.basename(inner_path), src.path.name)
                 for w in inner.warnings]
