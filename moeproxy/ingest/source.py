@@ -513,7 +513,8 @@ class _RangeReader(io.RawIOBase):
 
 
 CRASH_PADDING = re.compile(rb"\x00{32,}")
-_CONTROL_BYTES = bytes(b for b in range(32) if b < 9 or 13 < b)
+# (a backspace, 8, is a terminal's: Keras erases its progress bar with runs of them before redrawing it)
+_CONTROL_BYTES = bytes(b for b in range(32) if (b < 9 and b != 8) or 13 < b)
 
 
 def looks_binary(head: bytes) -> bool:
@@ -527,7 +528,7 @@ def looks_binary(head: bytes) -> bool:
         if b"\x00" in head:
             return True
     sample = head[:4096]
-    control = len(sample) - len(sample.translate(None, _CONTROL_BYTES))  # bytes < 9 or in 14..31
+    control = len(sample) - len(sample.translate(None, _CONTROL_BYTES))  # bytes < 8, 0 or in 14..31
     return control > len(sample) * 0.05
 
 

@@ -87,3 +87,14 @@ def test_an_entropy_printed_with_three_digits_the_same_in_every_update_never_mov
 def test_an_entropy_printed_with_two_digits_may_repeat_by_chance():
     assert "entropy_frozen" not in _critical(_ppo([1.4] * 19))
 
+
+
+def test_a_loss_printed_zero_while_another_error_keeps_falling_is_no_vanished_gradient():
+    # blind54: a Keras Levenberg-Marquardt step returns no loss (printed 0.0000e+00 from epoch 2)
+    # while its mean squared error falls from 0.46 to 1e-7: the weights change
+    steps = range(1, 41)
+    mse = {s: 0.46 * 10.0 ** (-s / 6) for s in steps}
+    loss = {s: (0.46 if s == 1 else 0.0) for s in steps}
+    result = diagnose_series({"loss": loss, "mean_squared_error": mse})
+    assert "loss_zero_to_end" not in _critical(result)
+    assert "loss_zero_to_end" in _critical(diagnose_series({"loss": loss}))

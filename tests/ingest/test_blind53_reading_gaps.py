@@ -80,3 +80,16 @@ def test_a_notebooks_longest_cell_is_read_on_its_own_when_it_holds_more(tmp_path
     assert parsed.format == "notebook/key-value-boxes"
     rows = parsed.rows.to_frame()
     assert rows[rows.metric == "rollout/ep_rew_mean"].step.nunique() == 120
+
+
+def test_a_keras_log_with_its_bar_erased_by_backspaces_is_text(tmp_path):
+    # blind54: Keras' console output captured with the terminal's backspaces (a fifth of the bytes):
+    # each bar is erased with backspaces and drawn again; the last drawing is the line
+    erase = "\b" * 120
+    text = "".join(f"Epoch {e}/30\n\r1/1 [====] - ETA: 0s - loss: {1 / e:.4f} - mse: {1 / e:.4f}{erase}"
+                   f"\r1/1 [====] - 0s 40ms/step - loss: {1 / e:.4f} - mse: {1 / e:.4f} - val_loss: {2 / e:.4f}\n"
+                   for e in range(1, 31))
+    path = tmp_path / "fit.log"
+    path.write_bytes(text.encode())
+    val = _series(path, "val_loss")
+    assert list(val.index) == list(range(1, 31)) and val[4] == 0.5

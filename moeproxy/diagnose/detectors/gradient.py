@@ -207,6 +207,21 @@ def _never_updated(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
                     f"ever applied")]
 
 
+def _other_losses_improve(run: RunSeries, train: str, at: int) -> bool:
+    """Another loss or error the run logs (a validation loss, a mean squared error) that falls to
+    under half its level at ``at`` by its last quarter: the weights still change."""
+    for name in run.names:
+        low = name.lower()
+        if name == train or not ("loss" in low or "error" in low):
+            continue
+        s = run.get(name)
+        s = s[np.isfinite(s.to_numpy(dtype=float))]
+        after = s[s.index >= at].to_numpy(dtype=float)
+        if after.size >= 4 and after[0] > 0 and float(np.median(after[-max(1, after.size // 4):])) < 0.5 * after[0]:
+            return True
+    return False
+
+
 def _zero_to_end(v: np.ndarray, cfg: DiagnoseConfig) -> int | None:
     """Position of the first of the last ``vanishing_min_records`` or more records that are exactly
     0, after a record at its level (not one already near 0, below ``converged_share`` of the loss's
@@ -251,6 +266,8 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             g = g[np.isfinite(g)]
             if g.size and float(np.median(g)) > 0:
                 at = None
+        if at is not None and _other_losses_improve(run, train[0], at):
+            at = None  # the model still learns (a Keras step whose loss it does not return, printed 0)
         if at is not None:
             return [Finding(VANISHING_GRADIENT, at, CRITICAL, train[0], "loss_zero_to_end",
                             f"{train[0]} went from {v[zero_from - 1]:.6g} at step {int(train[1].index[zero_from - 1])} "

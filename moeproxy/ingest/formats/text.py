@@ -303,6 +303,8 @@ GLOG_SEVERITIES = frozenset("IWEF")
 
 
 def _strip(line: str) -> str:
+    if "\b" in line:  # a terminal's backspaces erase what came before them (Keras redrawing its bar)
+        line = line[line.rfind("\b") + 1:]
     line = RANK_PREFIX.sub("", line, count=1)
     if line[:1] in GLOG_SEVERITIES or line[:1].isspace():
         line = GLOG_PREFIX.sub("", line, count=1)
