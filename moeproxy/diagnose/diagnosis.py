@@ -16,7 +16,7 @@ import pandas as pd
 from moeproxy.diagnose.confidence import assess
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.catalog import all_detectors
-from moeproxy.diagnose.semantics import read_data
+from moeproxy.diagnose.semantics import fractional_epochs, read_data
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import Finding
 from moeproxy.vocabulary import STEP_KEYS
@@ -138,12 +138,10 @@ def _other_counters(run: RunSeries) -> dict:
 def _epoch_reader(run: RunSeries):
     """step -> the run's epoch at that step (the last logged at or before it), or None when the
     run logs no epoch, or its epoch is only whole numbers (then it is a counter, not a fraction)."""
+    if not fractional_epochs(run):
+        return None
     found = run.get("epoch")
-    if found is None:
-        return None
     e = found[np.isfinite(found.to_numpy(dtype=float))]
-    if e.empty or bool((e.to_numpy() == np.round(e.to_numpy())).all()):
-        return None
     steps, values = e.index.to_numpy(), e.to_numpy(dtype=float)
 
     def epoch_at(step):

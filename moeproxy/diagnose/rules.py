@@ -19,6 +19,7 @@ Properties:
   deterministic output did not blow it up, and LABELS.md takes the lasting collapse as the anomaly).
 - ``symptom_of``: labels whose lasting damage, when it starts with or before this rule's finding,
   makes the finding its symptom (a train/rollout gap opened by the policy blowing up).
+- ``symptom_rule``: the (warning) rule a finding of this rule becomes when it is read as a symptom.
 - ``falls``: the finding is a fall to a lower level that takes records to complete (a reward
   falling); lasting damage of a ``symptom_of`` label that starts before the fall completed explains
   it (LABELS.md: "a reward that falls after a policy blow-up is divergence": a return that was
@@ -71,6 +72,7 @@ class Rule:
     spike: bool = False
     damage: bool = False
     symptom_of: tuple[str, ...] = ()
+    symptom_rule: str = ""
     falls: bool = False
     tentative: bool = False
     chain: float | None = None
@@ -92,15 +94,18 @@ RULES: Registry[Rule] = Registry("rule")
 def declare(category: str, measures: dict[str, str], *, decisive: tuple[str, ...] = (),
             spike: tuple[str, ...] = (), damage: tuple[str, ...] = (), tentative: tuple[str, ...] = (),
             falls: tuple[str, ...] = (),
-            symptom_of: dict[str, tuple[str, ...]] | None = None,
+            symptom_of: dict[str, tuple[str, ...]] | None = None, symptom_rule: str = "",
             chain: dict[str, float] | None = None,
             thresholds: dict[str, tuple[str, ...]] | None = None) -> dict[str, Rule]:
     """Declare a detector's rules: ``measures`` maps each rule name to what it measures; the
     keyword tuples name the rules that have that property."""
+    if symptom_of and not symptom_rule:
+        raise ValueError(f"rules {', '.join(symptom_of)}: symptom_of needs the symptom_rule their findings become")
     out = {}
     for name, what in measures.items():
         rule = Rule(name, category, what, decisive=name in decisive, spike=name in spike,
-                    damage=name in damage, tentative=name in tentative, falls=name in falls, symptom_of=(symptom_of or {}).get(name, ()),
+                    damage=name in damage, tentative=name in tentative, falls=name in falls,
+                    symptom_of=(symptom_of or {}).get(name, ()), symptom_rule=symptom_rule if name in (symptom_of or {}) else "",
                     chain=(chain or {}).get(name),
                     thresholds=(thresholds or {}).get(name, ()))
         RULES.add(name, rule)

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
+from moeproxy.diagnose.robust import printed_unit
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
 from moeproxy.vocabulary import ALIASES, LAYER_PREFIX, is_validation_loss
@@ -256,6 +257,37 @@ def loss_printed_zero_throughout(run: RunSeries) -> bool:
         return False
     v = found[1].to_numpy(dtype=float)
     return v.size >= 3 and bool(np.all(v == 0.0))
+
+
+def fractional_epochs(run: RunSeries) -> bool:
+    """Whether the run logs an ``epoch`` with fractions (HF Trainer's ``'epoch': 0.62``): a counter a
+    reader dates by, and the mark of the Trainer's records."""
+    e = run.get("epoch")
+    if e is None:
+        return False
+    v = e.to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    return bool(v.size) and bool((v != np.round(v)).any())
+
+
+def dropped_to_zero(loss: pd.Series, records: int, converged_share: float) -> tuple[int, int] | None:
+    """(step of the first, step of the record before it) of the last ``records`` or more records of
+    ``loss`` that are exactly 0, when the record before them stood at the loss's level: not one
+    already near 0 (below ``converged_share`` of the median of the positive records before) or within
+    two of the last digit the loss is printed with (a loss that converged and then printed as 0.0).
+    None otherwise. Two detectors read it: a trainer's NaN filter, and a loss that gives no gradient."""
+    loss = loss[np.isfinite(loss.to_numpy(dtype=float))]
+    v = loss.to_numpy(dtype=float)
+    zero = v == 0.0
+    tail = v.size - (int(np.flatnonzero(~zero)[-1]) + 1 if (~zero).any() else 0)
+    j = v.size - tail
+    if tail < records or j == 0:
+        return None
+    positive = v[:j][v[:j] > 0]
+    if not positive.size or v[j - 1] < converged_share * float(np.median(positive)) \
+            or v[j - 1] <= 2 * printed_unit(positive):
+        return None
+    return int(loss.index[j]), int(loss.index[j - 1])
 
 
 def re_recorded_steps(run: RunSeries, cfg: DiagnoseConfig | None = None) -> list[int]:

@@ -76,28 +76,26 @@ def demote_symptoms(findings: list[Finding], run: RunSeries | None = None, done_
     only after the policy has already blown up"; a gap that opens with the blow-up is upstream of it
     in the chain): a near-uniform policy samples the low-probability tokens where the trainer and
     the rollout engine disagree most. A fall (``Rule.falls``) is a symptom of damage that started
-    before it completed (``fall_end``; damage of a main category: a response length running away is
-    how a reward collapse shows, not what explains it): the return was still on its way down when the critic blew up,
-    and it fell the rest of the way with the blow-up."""
+    before it completed (``fall_end``): the return was still on its way down when the critic blew up,
+    and it fell the rest of the way with the blow-up. The finding becomes its rule's
+    ``Rule.symptom_rule``."""
     damage = [f for f in findings if f.severity == CRITICAL and f.onset_step is not None
               and (rule_of(f.rule, f.category).damage or rule_of(f.rule, f.category).decisive)]
     out = []
     for f in findings:
         rule = rule_of(f.rule, f.category)
         labels = rule.symptom_of if f.severity == CRITICAL and f.onset_step is not None else ()
-        by = f.onset_step
-        if labels and rule.falls:
-            by = fall_end(run, f, done_share, level_records)
-        hit = next((d for d in damage if label_of(d.category) in labels and d is not f and d.onset_step < by
-                    and (d.category in MAIN_CATEGORIES or not rule.falls)), None) if labels else None
-        if hit is not None and rule.falls:
-            f = Finding(f.category, f.onset_step, WARNING, f.metric, "fall_with_blowup",
-                        f"{f.evidence}; but {hit.metric} [{hit.rule}] blew up from step {hit.onset_step}, before "
-                        f"{f.metric} had finished falling (step {by}): the fall is what the blow-up did")
-        elif hit is not None:
-            f = Finding(f.category, f.onset_step, WARNING, f.metric, "mismatch_with_blowup",
-                        f"{f.evidence}; but {hit.metric} [{hit.rule}] changed for good from step "
-                        f"{hit.onset_step}: a gap opened by the policy blowing up, not by the engines' precision")
+        # (a fall's symptom is of a main category's damage: a response length running away is how a
+        # reward collapse shows, not what explains it)
+        upstream = [d for d in damage if label_of(d.category) in labels
+                    and (d.category in MAIN_CATEGORIES or not rule.falls)]
+        by = fall_end(run, f, done_share, level_records) if upstream and rule.falls else f.onset_step
+        hit = next((d for d in upstream if d.onset_step < by), None)
+        if hit is not None:
+            during = f", before {f.metric} had finished falling (step {by})" if rule.falls else ""
+            f = Finding(f.category, f.onset_step, WARNING, f.metric, rule.symptom_rule,
+                        f"{f.evidence}; but {hit.metric} [{hit.rule}] changed for good from step {hit.onset_step}"
+                        f"{during}; read as its symptom: {rule_of(rule.symptom_rule, f.category).measures}")
         out.append(f)
     return out
 

@@ -274,11 +274,14 @@ class SourceFile:
 
     # -- reading -----------------------------------------------------------------------------
     def lines(self) -> Iterator[tuple[int, str]]:
-        """(1-based line number, line without its newline), strictly decoded."""
+        """(1-based line number, line without its newline), strictly decoded; a terminal's
+        backspaces erase what came before them on the line (Keras erasing its progress bar before
+        drawing it again), so the line is what the terminal showed last."""
         lineno = 0
         try:
             for lineno, line in enumerate(self._text(0, self.size), 1):
-                yield lineno, line.rstrip("\r\n")
+                line = line.rstrip("\r\n")
+                yield lineno, (line[line.rfind("\b") + 1:] if "\b" in line else line)
         except UnicodeDecodeError as exc:
             raise InputError(f"{self.path}: line {lineno + 1}: not valid {self.encoding} text ({exc.reason})") from None
 
@@ -528,7 +531,7 @@ def looks_binary(head: bytes) -> bool:
         if b"\x00" in head:
             return True
     sample = head[:4096]
-    control = len(sample) - len(sample.translate(None, _CONTROL_BYTES))  # bytes < 8, 0 or in 14..31
+    control = len(sample) - len(sample.translate(None, _CONTROL_BYTES))  # bytes 0-7 or 14-31
     return control > len(sample) * 0.05
 
 

@@ -15,7 +15,8 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import diff_noise, fmt, printed_unit, quarter_count
+from moeproxy.diagnose.robust import diff_noise, fmt, quarter_count
+from moeproxy.diagnose.semantics import dropped_to_zero
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.ingest.names import canonical_of
 from moeproxy.vocabulary import is_validation_loss
@@ -212,8 +213,8 @@ def _other_losses_improve(run: RunSeries, train: str, at: int) -> bool:
     under half its level at ``at`` by its last quarter: the weights still change."""
     for name in run.names:
         low = name.lower()
-        if name == train or not ("loss" in low or "error" in low):
-            continue
+        if name == train or not ("loss" in low or "error" in low) or "scale" in low:
+            continue  # (a loss scale is the fp16 scaler's, no loss)
         s = run.get(name)
         s = s[np.isfinite(s.to_numpy(dtype=float))]
         after = s[s.index >= at].to_numpy(dtype=float)
@@ -222,23 +223,23 @@ def _other_losses_improve(run: RunSeries, train: str, at: int) -> bool:
     return False
 
 
-def _zero_to_end(v: np.ndarray, cfg: DiagnoseConfig) -> int | None:
-    """Position of the first of the last ``vanishing_min_records`` or more records that are exactly
-    0, after a record at its level (not one already near 0, below ``converged_share`` of the loss's
-    median, or within two of the last digit it is printed with: a loss that converged and printed
-    as 0.0); None otherwise."""
-    v = v[np.isfinite(v)]
-    zero = v == 0.0
-    tail = _tail_run(zero)
-    j = v.size - tail
-    if tail < cfg.vanishing_min_records or j == 0:
+def _zero_to_end(run: RunSeries, name: str, loss: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
+    """A (non-RL) training loss that drops from its level to exactly 0 and stays 0 to the end
+    (``dropped_to_zero``) gives no gradient - unless something shows the weights still change: a
+    grad norm logged beside it that is not 0, or another loss or error that keeps falling (a Keras
+    step that returns no loss prints 0 while its error falls)."""
+    dropped = dropped_to_zero(loss, int(cfg.vanishing_min_records), cfg.converged_share)
+    if dropped is None:
         return None
-    positive = v[:j][v[:j] > 0]
-    if not positive.size or not v[j - 1] >= cfg.converged_share * float(np.median(positive)):
+    at, before = dropped
+    grad = run.resolve("grad_norm")
+    g = grad[1][grad[1].index >= at].to_numpy(dtype=float) if grad is not None else np.array([])
+    g = g[np.isfinite(g)]
+    if (g.size and float(np.median(g)) > 0) or _other_losses_improve(run, name, at):
         return None
-    if v[j - 1] <= 2 * printed_unit(positive):  # down to the last printed digit, then 0.0: converged
-        return None
-    return j
+    return Finding(VANISHING_GRADIENT, at, CRITICAL, name, "loss_zero_to_end",
+                   f"{name} went from {ev.rec(loss, before)} to exactly 0 at step {at} and stayed 0 for its last "
+                   f"{int((loss.index >= at).sum())} records: a loss of 0 gives no gradient, no update from there on")
 
 
 def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
@@ -258,21 +259,9 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             return [Finding(VANISHING_GRADIENT, first, CRITICAL, train[0], "loss_zero_throughout",
                             f"{train[0]} is exactly 0 in all {v.size} records from step {first}: a loss of 0 "
                             f"gives no gradient, no update was ever made")]
-        zero_from = _zero_to_end(v, cfg)
-        at = int(train[1].index[zero_from]) if zero_from is not None else None
-        grad = run.resolve("grad_norm") if at is not None else None
-        if grad is not None:  # a loss of 0 that still moves the weights is a loss printed 0, not no gradient
-            g = grad[1][grad[1].index >= at].to_numpy(dtype=float)
-            g = g[np.isfinite(g)]
-            if g.size and float(np.median(g)) > 0:
-                at = None
-        if at is not None and _other_losses_improve(run, train[0], at):
-            at = None  # the model still learns (a Keras step whose loss it does not return, printed 0)
-        if at is not None:
-            return [Finding(VANISHING_GRADIENT, at, CRITICAL, train[0], "loss_zero_to_end",
-                            f"{train[0]} went from {v[zero_from - 1]:.6g} at step {int(train[1].index[zero_from - 1])} "
-                            f"to exactly 0 at step {at} and stayed 0 for its last {v.size - zero_from} records: a loss "
-                            f"of 0 gives no gradient, no update from there on")]
+        zero = _zero_to_end(run, train[0], train[1], cfg)
+        if zero is not None:
+            return [zero]
     names = ([train[0]] if train else []) + [n for n, _ in run.matching(
         lambda n: n.endswith("loss") and n.split("/")[0].split("_")[0] in ("eval", "val", "validation", "valid"))]
     if run.is_rl and train is not None:

@@ -21,8 +21,8 @@ import pandas as pd
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, printed_unit
-from moeproxy.diagnose.semantics import loss_printed_zero_throughout, startup_end_step
+from moeproxy.diagnose.robust import fmt
+from moeproxy.diagnose.semantics import dropped_to_zero, fractional_epochs, loss_printed_zero_throughout, startup_end_step
 from moeproxy.vocabulary import is_validation_loss
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CRITICAL, INFO, OVERFLOW, WARNING, Finding
@@ -381,16 +381,6 @@ def _nan_filtered_from_start(run: RunSeries) -> list[Finding]:
     return []
 
 
-def _fractional_epochs(run: RunSeries) -> bool:
-    """Whether the run logs an ``epoch`` with fractions (HF Trainer's ``'epoch': 0.62``)."""
-    e = run.get("epoch")
-    if e is None:
-        return False
-    v = e.to_numpy(dtype=float)
-    v = v[np.isfinite(v)]
-    return bool(v.size) and bool((v != np.round(v)).any())
-
-
 def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     """HF Trainer's ``logging_nan_inf_filter`` (on by default) leaves NaN/inf step losses out of the
     logged average; when every step of a logging window was non-finite nothing is left and it logs
@@ -399,36 +389,23 @@ def _zero_loss_findings(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     log that carries the Trainer's fractional epoch (``'epoch': 0.62``): a loss a trainer without
     that filter prints as exactly 0 epoch after epoch (Keras' ``loss: 0.0000e+00``) is 0, no update
     (LABELS.md: losses repeating exactly)."""
-    if run.is_rl or not _fractional_epochs(run):
+    if run.is_rl or not fractional_epochs(run):
         return []
     found = run.resolve("loss")
     if found is None:
         return []
     name, loss = found
-    vals = loss.to_numpy(dtype=float)
-    if vals.size <= cfg.zero_loss_records or not (vals[:-cfg.zero_loss_records] > 0).any():
+    # (a loss that converged and then printed as 0.0 is not the filter: a NaN-filtered window drops to
+    # 0 from where the loss was)
+    dropped = dropped_to_zero(loss, int(cfg.zero_loss_records), cfg.converged_share)
+    if dropped is None:
         return []
-    zero = vals == 0.0
-    tail = len(zero) - (int(np.flatnonzero(~zero)[-1]) + 1 if (~zero).any() else 0)
-    if tail < cfg.zero_loss_records:
-        return []
-    j = len(vals) - tail
-    step = int(loss.index[j])
-    positive = vals[:j][vals[:j] > 0]
-    if positive.size and vals[j - 1] < cfg.converged_share * float(np.median(positive)):
-        # the loss was already near 0 and went on to print as 0.0 (a small set memorised): it
-        # converged; a NaN-filtered window drops to 0 from where the loss was
-        return []
-    if positive.size and vals[j - 1] <= 2 * printed_unit(positive):
-        # the loss came down to the last digit the trainer prints (0.0017, 0.0004, 0.0001 printed to
-        # four decimals) and then printed as 0.0: a converged loss below the rounding (a saturated
-        # DPO loss), not a window of NaN losses, which drops to 0 from where the loss was
-        return []
+    step, before = dropped
+    tail = int((loss.index >= step).sum())
     return [Finding(OVERFLOW, step, CRITICAL, name, "loss_zero_nan_filter",
-                    f"{name} went from {fmt(vals[j - 1])} at step {int(loss.index[j - 1])} to exactly 0 at step "
-                    f"{step} and stayed 0 for the last "
-                    f"{tail} records: HF Trainer logs 0.0 when every step loss of a logging window was NaN or "
-                    f"infinite")]
+                    f"{name} went from {ev.rec(loss, before)} to exactly 0 at step {step} and stayed 0 for the "
+                    f"last {tail} records: HF Trainer logs 0.0 when every step loss of a logging window was NaN "
+                    f"or infinite")]
 
 
 def _lasting_nonfinite_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) -> list[Finding]:

@@ -44,11 +44,12 @@ RULES = declare(PRECISION_MISMATCH, {
     "mismatch_kl_excursion": "the mismatch KL above its limit in a few records (a warning)",
     "is_ratio_drift": "the rollout importance ratio drifting out of [0.5, 2] and staying",
     "is_ratio_out_of_range": "the importance ratio outside [0.5, 2] in several records",
-    "mismatch_with_blowup": "a gap that opened with the policy blowing up (a symptom, a warning)",
+    "mismatch_with_blowup": "a gap opened by the policy blowing up, not by the engines' precision (a warning)",
     "pair_disagreement": "two runs that should match disagree from a step on",
 }, # LABELS.md: "a gap that opens only after the policy has already blown up (then it is a symptom)"
    symptom_of={name: ("divergence",) for name in ("logprob_diff", "logprob_diff_from_start", "mismatch_kl",
                                                   "mismatch_kl_from_start", "is_ratio_drift", "is_ratio_out_of_range")},
+   symptom_rule="mismatch_with_blowup",
    thresholds={"logprob_diff": ("logprob_diff_limit", "logprob_diff_growth", "flat_gap_factor"),
                "mismatch_kl": ("mismatch_kl_limit",), "is_ratio_drift": ("is_ratio_low", "is_ratio_high")})
 

@@ -43,15 +43,16 @@ thresholds(
     slide_bar=(0.5, "... dated where it stays below its peak less this share of the drop"),
 )
 
+# the rules that read a reward falling to a lower level: lasting damage, and a symptom of a blow-up that
+# began before the fall was done
+_FALLS = ("reward_drop", "reward_below_peak", "eval_reward_drop", "reward_slide")
 RULES = declare(REWARD_COLLAPSE, {
     "reward_drop": "the reward falls by at least half its gain and stays down",
     "reward_below_peak": "the reward falls well below its peak and stays there",
     "eval_reward_drop": "an evaluation accuracy/reward falls by at least half its level and stays down",
     "reward_slide": "the reward slides down steadily from its peak to the end, many noise widths",
-    "fall_with_blowup": "a reward fall that a blow-up starting before it completed explains (a warning)",
-}, damage=("reward_drop", "reward_below_peak", "eval_reward_drop", "reward_slide"),
-   falls=("reward_drop", "reward_below_peak", "eval_reward_drop", "reward_slide"),
-   symptom_of={name: ("divergence",) for name in ("reward_drop", "reward_below_peak", "eval_reward_drop", "reward_slide")},
+    "fall_with_blowup": "a reward that fell because of a blow-up begun before its fall was done (a warning)",
+}, damage=_FALLS, falls=_FALLS, symptom_of={name: ("divergence",) for name in _FALLS}, symptom_rule="fall_with_blowup",
    thresholds={"reward_drop": ("reward_drop_fraction", "reward_noise_widths", "reward_smooth_records", "reward_stays_share",
                                "reward_stays_near", "reward_stays_window", "reward_stays_min"),
                "reward_below_peak": ("reward_drop_fraction", "reward_smooth_records", "reward_stays_share", "reward_stays_near",

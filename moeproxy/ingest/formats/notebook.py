@@ -75,15 +75,22 @@ def cell_texts(doc: dict) -> tuple[str, int, str, list[str]]:
     return "".join(parts), len(parts), "\n".join(table_parts), cells_text
 
 
-def _read_part(path: Path, text: str, read: ParsedLog) -> tuple[ParsedLog, Path] | None:
+def _read_part(path: Path, text: str, read: ParsedLog, other_format: bool = False) -> tuple[ParsedLog, Path] | None:
     """``text`` (a part of the outputs) written to ``path`` and read as a log of its own: it and its
-    path when it holds more values of known metrics (then more rows) than ``read``; else None."""
+    path when it holds more values of known metrics (then more rows) than ``read``; else None.
+    ``other_format``: only when its format is another than ``read``'s (detected first: a part in the
+    same format is not read twice)."""
     from moeproxy.ingest import _known_values, parse_file
+    from moeproxy.ingest.detect import open_and_detect
 
     path.write_text(text, encoding="utf-8")
     try:
+        if other_format and open_and_detect(path)[1].name == read.format:
+            return None
         part = parse_file(path)
     except InputError:
+        return None
+    if other_format and part.format == read.format:
         return None
     return (part, path) if (_known_values(part), len(part.rows)) > (_known_values(read), len(read.rows)) else None
 
@@ -123,8 +130,8 @@ def parse_notebook(src: SourceFile) -> ParsedLog:
         # (its head); it takes over, in another format, when it holds more values of known metrics
         longest = max(cells, key=len, default="")
         if len(cells) > 1 and len(longest) > len(text) / 2:
-            found = _read_part(Path(folder) / (src.path.stem + ".cell.log"), longest, inner)
-            if found is not None and found[0].format != inner.format:
+            found = _read_part(Path(folder) / (src.path.stem + ".cell.log"), longest, inner, other_format=True)
+            if found is not None:
                 inner, inner_path = found
                 source = "read from its longest cell output"
         # the outputs' HTML tables read on their own (a Trainer's progress table printed after

@@ -302,21 +302,20 @@ def _known_pair(line: str, extract=extract_pairs) -> dict[str, float]:
 GLOG_SEVERITIES = frozenset("IWEF")
 
 
+# the bar that closed a timestamp prefix (rllab's ``2017-06-05 22:10:25 EDT | itr #0 | ...``)
+TIMESTAMP_BAR = re.compile(r"^\s+\|\s")
+
+
 def _strip(line: str) -> str:
-    if "\b" in line:  # a terminal's backspaces erase what came before them (Keras redrawing its bar)
-        line = line[line.rfind("\b") + 1:]
     line = RANK_PREFIX.sub("", line, count=1)
     if line[:1] in GLOG_SEVERITIES or line[:1].isspace():
         line = GLOG_PREFIX.sub("", line, count=1)
     out = without_timestamps(line)
-    if out is not line and out[:1].isspace():
-        # the bar that closed a timestamp prefix (rllab's ``2017-06-05 22:10:25 EDT | itr #0 | ...``): the
-        # line's text starts after it, not at a bar that opens a table's row
+    if out != line and out[:1].isspace():
+        # (a timestamp was taken from the line's start): its text starts after the bar, not at a bar
+        # that opens a table's row
         out = TIMESTAMP_BAR.sub("", out, count=1)
     return out
-
-
-TIMESTAMP_BAR = re.compile(r"^\s+\|\s")
 
 
 def _may_count_steps(low: str) -> bool:
