@@ -87,43 +87,82 @@ def split_step(record: dict) -> tuple[int | float | None, dict]:
     return None, record
 
 
+def _split_records(text: str) -> list | None:
+    """The objects of a line that holds several JSON records with no line break between them (two
+    writers sharing a file, a flush that lost its newline: ``{...}{...}``), or None when it is not
+    that (a malformed record)."""
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        try:
+            obj, end = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            return None
+        out.append(obj)
+        at = end
+        while at < len(text) and text[at] in " \t,;":
+            at += 1
+    return out if len(out) > 1 else None
+
+
+def _named_json(path) -> bool:
+    """A file its writer named a JSON-lines file: every line of it is a record."""
+    return str(path).lower().endswith((".jsonl", ".ndjson", ".json"))
+
+
 def _json_lines(src: SourceFile):
-    """Yield (lineno, object) for JSON lines; count other lines; name bad or truncated ones."""
-    bad: tuple[int, str] | None = None
-    state = {"skipped": 0, "cut": 0}
+    """Yield (lineno, object) for JSON lines; count other lines; name bad or truncated ones.
+
+    A malformed record refuses a file of JSON records (which line, and why). In console output
+    that prints JSON records among its other lines (a launcher's banners, a progress bar; a file not
+    named ``.jsonl``), a line that starts like a record but is not a whole one was cut or wrapped by
+    the console: it is skipped and named, as long as the whole records outnumber such lines."""
+    bad: list[tuple[int, str]] = []
+    state = {"skipped": 0, "cut": 0, "records": 0, "last": 0}
 
     def gen():
-        nonlocal bad
         for lineno, line in src.lines():
             text = line.strip()
             if not text:
                 continue
-            if bad is not None:
-                raise InputError(f"{src.path}: line {bad[0]}: malformed JSON ({bad[1]})")
+            state["last"] = lineno
             if not text.startswith("{"):
                 state["skipped"] += 1
                 continue
             try:
-                obj = _loads(text)
+                objs = [_loads(text)]
             except ValueError as exc:
                 if state["cut"] < len(src.nul_runs):
                     # a record cut by crash padding (each run of NULs cuts at most the one record being
-                    # written when the crash hit): skipped and named; any other malformed line is an error
+                    # written when the crash hit): skipped and named
                     state["cut"] += 1
                     src.warnings.append(f"line {lineno}: a JSON record cut by NUL padding: skipped")
                     state["skipped"] += 1
                     continue
-                bad = (lineno, getattr(exc, "msg", str(exc)))
-                continue
-            if isinstance(obj, dict):
-                yield lineno, obj
-            else:
-                state["skipped"] += 1
-        if bad is not None:
-            if not src.ends_with_newline:  # the last line, still being written or cut: dropped and named
-                src.reject_tail(bad[0], "an incomplete JSON record")
-                return
-            raise InputError(f"{src.path}: line {bad[0]}: malformed JSON ({bad[1]})")
+                objs = _split_records(text)
+                if objs is None:
+                    bad.append((lineno, getattr(exc, "msg", str(exc))))
+                    continue
+                src.warnings.append(f"line {lineno}: {len(objs)} JSON records with no line break between them: "
+                                    f"read as {len(objs)} records")
+            for obj in objs:
+                if isinstance(obj, dict):
+                    state["records"] += 1
+                    yield lineno, obj
+                else:
+                    state["skipped"] += 1
+        if not bad:
+            return
+        if len(bad) == 1 and not src.ends_with_newline and bad[0][0] == state["last"]:
+            # the last line, still being written or cut: dropped and named
+            src.reject_tail(bad[0][0], "an incomplete JSON record")
+            return
+        if state["skipped"] and len(bad) < state["records"] and not _named_json(src.path):
+            shown = ", ".join(str(n) for n, _ in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            src.warnings.append(f"line{'s' if len(bad) > 1 else ''} {shown}: not a whole JSON record "
+                                f"({bad[0][1]}) in console output: skipped")
+            state["skipped"] += len(bad)
+            return
+        raise InputError(f"{src.path}: line {bad[0][0]}: malformed JSON ({bad[0][1]})")
 
     return gen(), state
 
