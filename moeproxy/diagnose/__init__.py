@@ -16,7 +16,7 @@ from moeproxy.diagnose.render import render_text
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CATEGORIES, MAIN_CATEGORIES, SECONDARY_CATEGORIES, Finding
 
-DETECTOR_VERSION = "diagnose-2.7"  # 1.2: real-log rules, confidence; 1.3: mismatch with blow-up, overflow events;
+DETECTOR_VERSION = "diagnose-2.8"  # 1.2: real-log rules, confidence; 1.3: mismatch with blow-up, overflow events;
 # 2.0: LABELS.md (data stage, declared rules, causal chain, alternatives; KL/entropy blow-up are divergence);
 # 2.1: evidence quotes logged records with their steps and names medians as such (verdicts unchanged);
 # the entropy blow-up has its own detector, entropy_blowup; 2.2: reward parts (a format reward to 0);
@@ -26,6 +26,9 @@ DETECTOR_VERSION = "diagnose-2.7"  # 1.2: real-log rules, confidence; 1.3: misma
 # 2.6: a reward fall a blow-up finished is its symptom (Rule.falls), loss_zero_to_end, entropy_frozen as printed
 # 2.7: the forest lifts a rules' healthy to a label they warned of (learned_verdict=2, Rule.explains),
 #      advantages_zero, fall_rating_rising, DeepSpeed's running skip count, a converged loss's vanished grad
+# 2.8: scattered non-finite records that each recover are spikes, a huge spike the run got over is no blow-up,
+#      a max load violation (MaxVio) and a ramp from the first records read by routing, a loss printed as
+#      -ln(FLT_MIN) is a log of zero, a log inside one late epoch is no run's start
 
 __all__ = [
     "CATEGORIES", "DETECTORS", "DETECTOR_VERSION", "DiagnoseConfig", "Finding", "MAIN_CATEGORIES",

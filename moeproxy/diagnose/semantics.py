@@ -75,6 +75,7 @@ class DataReading:
     replicas: dict[str, int] = field(default_factory=dict)           # family ``Loss_device/train_<n>`` -> members set aside
     copies: int = 0                                                  # records that re-record the one before
     other_axes: dict[str, str] = field(default_factory=dict)         # ``rewards/iter`` -> ``rewards/step`` it repeats
+    log_of_zero: dict[str, list[int]] = field(default_factory=dict)  # loss -> steps printed as -ln(FLT_MIN)
 
     def to_dict(self) -> dict:
         return {"never_computed": dict(self.never_computed), "masked": dict(self.masked),
@@ -83,7 +84,8 @@ class DataReading:
                     {"read_as": dict(self.read_as)} if self.read_as else {}) | (
                     {"replicas": dict(self.replicas)} if self.replicas else {}) | (
                     {"copies": self.copies} if self.copies else {}) | (
-                    {"other_axes": dict(self.other_axes)} if self.other_axes else {})
+                    {"other_axes": dict(self.other_axes)} if self.other_axes else {}) | (
+                    {"log_of_zero": dict(self.log_of_zero)} if self.log_of_zero else {})
 
 
 def _core_names(run: RunSeries) -> set[str]:
@@ -327,6 +329,20 @@ def re_recorded_steps(run: RunSeries, cfg: DiagnoseConfig | None = None) -> list
     return [int(t) for t in wide.index[same]]
 
 
+# -ln of float32's smallest normal number (1.17549435e-38): a log-probability of 0 clamped there
+LOG_FLT_MIN = float(-np.log(np.float64(np.finfo(np.float32).tiny)))
+
+
+def _log_of_zero(name: str, s: pd.Series) -> list[int]:
+    """Steps at which a loss prints -ln(FLT_MIN) = 87.3365 (to the four decimals printed): a
+    log-probability of 0, clamped to a finite number."""
+    if "loss" not in name.lower():
+        return []
+    v = s.to_numpy(dtype=float)
+    at = np.abs(v - LOG_FLT_MIN) < 5e-5 * LOG_FLT_MIN
+    return [int(t) for t in s.index[at]]
+
+
 def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSeries, DataReading]:
     """The run the detectors see, and what was set aside."""
     reading = DataReading()
@@ -359,6 +375,13 @@ def read_data(run: RunSeries, cfg: DiagnoseConfig | None = None) -> tuple[RunSer
         if name in set_aside:
             continue
         s = run.get(name)
+        clamped = _log_of_zero(name, s)
+        if clamped:
+            # a cross-entropy printed as 87.3365 = -ln(FLT_MIN): the probability of the true class
+            # underflowed to 0 and the log was clamped (Caffe's SoftmaxWithLoss): a non-finite value
+            reading.log_of_zero[name] = clamped
+            s = s.copy()
+            s.loc[clamped] = np.inf
         why = never_computed(name, s.to_numpy(dtype=float), core) or _zero_beside_policy_loss(run, name, s)
         if why is not None and zero_printed and is_validation_loss(name):
             # LABELS.md: the training loss non-finite from the first record (HF prints 0.0 for a

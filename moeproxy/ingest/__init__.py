@@ -120,8 +120,9 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     # the head looked like one format, the records are another's: the winner failed, read nothing, or
     # read a few values among thousands of lines it skipped (a config dump's dicts before mmengine's
     # log lines)
+    # (or read one record only, a document's scalars: a JSON object whose lists hold the series)
     thin = parsed is None or len(parsed.rows) == 0 or (
-        len(parsed.rows) < THIN_ROWS and parsed.skipped_lines > 10 * len(parsed.rows))
+        len(parsed.rows) < THIN_ROWS and (parsed.skipped_lines > 10 * len(parsed.rows) or _steps(parsed) <= 1))
     # of any size, a winner that skipped many more lines than it read values (a config's dicts
     # before verl's step lines; DeepSpeed's engine lines among DeepSpeed-Chat's own): another
     # reader takes over when it reads ten times as many values of metrics the vocabulary knows and
@@ -174,6 +175,11 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
             except (InputError, ValueError, UnicodeDecodeError):  # not this one either
                 continue
             enough = measure(attempt) >= need
+            if enough and unknown and _steps(attempt) < min(2, _steps(parsed)):
+                # a series read under names the vocabulary does not know (baselines' ``| epoch | 3 |``
+                # boxes) is not taken over by a reader of one record: a printed config's dict,
+                # whose ``lr`` is a name the vocabulary knows
+                enough = False
             if not enough and thin and parsed is not None:
                 # a thin winner's few values may be none the vocabulary knows (a run's closing summary
                 # dict before a notebook's progress table): ten times its known values, ten at least
@@ -199,6 +205,11 @@ def parse_file(path: str | Path, fmt: str = "auto", allow_empty: bool = False, c
     parsed.bytes_parsed = src.end
     parsed.warnings = src.nul_warnings() + list(src.warnings) + parsed.warnings
     return parsed
+
+
+def _steps(parsed: ParsedLog) -> int:
+    """How many distinct steps a reading holds."""
+    return int(np.unique(parsed.columns.step).size)
 
 
 def _evidence(parsed: ParsedLog) -> set[str]:

@@ -108,6 +108,7 @@ _MEANINGFUL_HEADS = frozenset({
     "cross", "binary", "softmax",
 })
 _HEAD = re.compile(r"^([A-Za-z0-9]+)[_/ \-](.+)$")
+_AVERAGING_HEADS = frozenset({"average", "avg", "running", "smoothed", "smooth", "ema", "moving"})
 
 
 def _after_run_prefix(original: str) -> tuple[str, int] | None:
@@ -127,7 +128,9 @@ def _after_run_prefix(original: str) -> tuple[str, int] | None:
                     hit = _LOOKUP[name[len(prefix):]]
                     break
         if hit is not None:
-            return hit[0], hit[1] + 200 * depth
+            # a running average's word (``Average Loss`` beside ``Current Loss``) ranks after the
+            # per-step value's: an average over the epoch so far repeats itself by construction
+            return hit[0], hit[1] + 200 * depth + (50 if m.group(1).lower() in _AVERAGING_HEADS else 0)
     return None
 
 

@@ -51,6 +51,7 @@ thresholds(
                                 "reward standing still: the critic runs away"),
     calm_after_excursion=(10.0, "an excursion back in band for this many times its length (and a tenth of the "
                                 "log) was got over: a spike, not a blow-up that stays"),
+    calm_share=(0.95, "... calm: this share of the records after it back below the bar (a huge spike's)"),
     large_spike=(10.0, "Megatron's SPIKY_LOSS_FACTOR: a spike that may have done damage"),
     huge_spike=(100.0, "a record this many times the median before it: a blow-up on sight"),
     zero_advantage=(0.01, "RL grad norms below this share of the usual level: equal-reward groups"),
@@ -99,7 +100,7 @@ RULES = declare(DIVERGENCE, {
                "multi_record_spike": ("robust_z", "grad_norm_factor", "loss_factor", "spike_recover_records", "spike_log_share",
                                       "calm_after_excursion"),
                "grad_blowup": ("grad_blowup_factor", "blowup_cluster_records", "zero_advantage", "startup_burst_share"),
-               "huge_spike": ("huge_spike", "large_spike"), "large_spike": ("large_spike",),
+               "huge_spike": ("huge_spike", "large_spike", "calm_after_excursion", "calm_share", "spike_log_share"), "large_spike": ("large_spike",),
                "grad_excursion": ("zero_advantage", "grad_blowup_factor"),
                "policy_loss_blowup": ("grad_blowup_factor", "blowup_cluster_records", "policy_loss_floor",
                                       "rare_spike_share", "tie_records"),
@@ -394,6 +395,8 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int],
             after = vals[ok[j + 1:j + 3]]
             if after.size and (after < cfg.large_spike * med).any():
                 continue  # LABELS.md: a single spike that recovers within a few records is not divergence
+            if _got_over(vals[ok], j, cfg.large_spike * med, cfg):
+                continue  # back below the bar and calm far longer than it was up: it came back
             if early_level and _within_early_level(vals, ok[j], float(vals[ok[j]])):
                 continue  # a grad norm back at the level it ran at earlier: not out of its range
             earlier = [s for s in [f.onset_step for f in found] + blip_steps
@@ -405,6 +408,21 @@ def _huge_spikes(name: str, series, found: list[Finding], blip_steps: list[int],
                             f"{name} reached {fmt(vals[ok[j]])} at step {int(steps[ok[j]])}, "
                             f"{fmt(vals[ok[j]] / med)}x the {ev.median_of(recs, raw)} before it{lead}")]
     return []
+
+
+def _got_over(vals: np.ndarray, j: int, bar: float, cfg: DiagnoseConfig) -> bool:
+    """The record at ``j`` blew up, and the series came back below ``bar`` later and stayed there (all
+    but ``calm_share`` of the records) for ``calm_after_excursion`` times as long as it was up and a tenth of the
+    log: an excursion the run got over (LABELS.md: a blow-up that does not come back is divergence),
+    as the excursions of the noise band are judged."""
+    back = np.flatnonzero(vals[j + 1:] < bar)
+    if not back.size:
+        return False
+    k = j + 1 + int(back[0])
+    rest = vals[k:]
+    if rest.size < max(cfg.calm_after_excursion * (k - j), cfg.spike_log_share * vals.size):
+        return False
+    return float(np.mean(rest < bar)) >= cfg.calm_share
 
 
 def _blowup_onset(big, cluster: int) -> int:

@@ -535,7 +535,8 @@ def _entropy_frozen(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
 def _from_run_start(run: RunSeries, s: pd.Series) -> bool:
     """The series is logged from the run's start: its first record within two of the log's gaps, and
     the run's epoch counter, where it logs one, no further on there than two of its own increments (a
-    log that opens at epoch 0.66 with step 1 is a run's end, its steps counted from the log's start)."""
+    log that opens at epoch 0.66 with step 1 is a run's end, its steps counted from the log's start;
+    one whose epoch stays at 149 throughout is a stretch of that epoch)."""
     gap = max(run.step_gap, float(np.median(np.diff(s.index.to_numpy()))))
     if not (s.index[0] <= run.first_step + 2 * gap and run.first_step <= 2 * gap):
         return False
@@ -546,6 +547,8 @@ def _from_run_start(run: RunSeries, s: pd.Series) -> bool:
         rises = rises[rises > 0]
         if rises.size >= 2 and e[0] > 2 * float(np.median(rises)):
             return False
+        if rises.size < 2 and e.size and e[0] > 2:
+            return False  # a log inside one late epoch (``Epoch 149 | Iter 1``): its steps count within it
     return True
 
 

@@ -41,6 +41,8 @@ thresholds(
     skipped_share=(0.25, "non-finite grad norms (or DeepSpeed's skipped steps) on more records (steps) than this "
                          "are no longer occasional"),
     startup_skip_records=(5, "... back to back only within this many first records (a scaler's start-up search)"),
+    scattered_nonfinite_share=(0.02, "non-finite loss records mid-run, each alone or in a pair with finite records "
+                                     "after it, on at most this share of the records: spikes that did not last"),
     converged_share=(0.01, "a loss already below this share of its median before it printed 0.0 converged"),
     zero_loss_records=(2, "a loss exactly 0 to the end after being positive, for this many records"),
 )
@@ -49,7 +51,8 @@ RUNNING_SKIPPED = "deepspeed/skipped_total"  # the megatron reader's name for De
 
 RULES = declare(OVERFLOW, {
     "nonfinite_value": "loss or grad norm inf/NaN after being finite (or the loss from its first record)",
-    "lone_nonfinite": "one non-finite record mid-run, finite from the next on (a spike: it did not last)",
+    "lone_nonfinite": "one non-finite record mid-run, finite from the next on, or a few scattered such (each alone or "
+                      "in a pair, finite records after it): spikes that did not last",
     "saturated_value": "a value at the fp16 (or bf16 / fp32) maximum: saturation mode's overflow (msprobe's 1e10 alarm: noted only)",
     "loss_scale_min": "the fp16 loss scale driven to its minimum",
     "loss_scale_collapse": "the fp16 loss scale halving far below its start-up search",
@@ -72,7 +75,7 @@ RULES = declare(OVERFLOW, {
                                        "startup_min_scale"),
                "fp16_startup_search": ("startup_min_scale",), "overflow_storm": ("storm_records", "skipped_share"),
                "skipped_iters_bf16": ("skipped_share",),
-               "nonfinite_value": ("skipped_share", "startup_skip_records"), "lone_nonfinite": ("tie_records",), "nonfinite_lasting": ("tie_records", "large_spike"), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
+               "nonfinite_value": ("skipped_share", "startup_skip_records"), "lone_nonfinite": ("tie_records", "scattered_nonfinite_share"), "nonfinite_lasting": ("tie_records", "large_spike"), "loss_zero_nan_filter": ("zero_loss_records", "converged_share")})
 
 _VALIDATION_TOKENS = frozenset({"val", "eval", "test", "validation", "val-core", "val-aux"})
 
@@ -202,14 +205,21 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             # LABELS.md root cause 1: anomalies that last. One non-finite record mid-run, every record
             # after it finite (at least the tie window of them): it did not last; a spike that is the
             # cause only if a lasting change starts with it
-            lone = sev == CRITICAL and isolated and len(vals) - j - 1 >= cfg.tie_records and len(prior) > 0
+            lone = sev == CRITICAL and len(prior) > 0 and (
+                (isolated and len(vals) - j - 1 >= cfg.tie_records) or _scattered(vals, bad, cfg))
             lead = (f"{name} went from {ev.rec(prior, prior.index[-1])} (a median of {fmt(float(prior.median()))} "
                     f"over {ev.steps_of(prior.index)}) to {fmt(vals[j])} at step {step}"
                     if len(prior) else f"{name} is {fmt(vals[j])} at step {step}, its first record")
-            if lone:
+            if lone and bad.size == 1:
                 out.append(Finding(OVERFLOW, step, WARNING, name, "lone_nonfinite",
                                    f"{lead}; the only non-finite record of {len(vals)}, finite from the next "
                                    f"record on ({ev.rec(s, s.index[j + 1])}): it did not last"))
+            elif lone:
+                out.append(Finding(OVERFLOW, step, WARNING, name, "lone_nonfinite",
+                                   f"{lead}; {bad.size} non-finite of {len(vals)} records (at steps "
+                                   f"{', '.join(str(int(s.index[b])) for b in bad[:6])}), each alone or in a pair "
+                                   f"with finite records after it, the last {len(vals) - 1 - int(bad[-1])} finite: "
+                                   f"spikes that did not last"))
             else:
                 out.append(Finding(OVERFLOW, step, sev, name, "nonfinite_value",
                                    f"{lead}; {bad.size} non-finite of {len(vals)} records{note}"))
@@ -254,6 +264,19 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
     return out
 
 
+
+
+def _scattered(vals: np.ndarray, bad: np.ndarray, cfg: DiagnoseConfig) -> bool:
+    """Non-finite records scattered mid-run (YOLOv5's NaN epochs 167, 176 and 177 of 300): each run of
+    them at most ``tie_records`` long, finite records after each, at least ``tie_records`` finite at the
+    end, and no more than ``scattered_nonfinite_share`` of the records: LABELS.md's anomalies that
+    recover within a few records, not ones that last."""
+    if bad.size < 2 or bad.size > cfg.scattered_nonfinite_share * len(vals):
+        return False
+    if len(vals) - 1 - int(bad[-1]) < cfg.tie_records:
+        return False
+    runs = np.split(bad, np.flatnonzero(np.diff(bad) > 1) + 1)
+    return all(len(r) <= cfg.tie_records for r in runs)
 
 
 def _search_events_end(run: RunSeries, events, cfg: DiagnoseConfig) -> float:

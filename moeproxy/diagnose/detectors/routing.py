@@ -18,7 +18,7 @@ import numpy as np
 from moeproxy.diagnose import evidence as ev
 from moeproxy.diagnose.config import DiagnoseConfig, thresholds
 from moeproxy.diagnose.registry import register_detector
-from moeproxy.diagnose.robust import fmt, head_level, tail_level
+from moeproxy.diagnose.robust import fmt, head_level, holds_from, tail_level
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.shifts import sustained_shift
 from moeproxy.diagnose.taxonomy import CRITICAL, ROUTING_COLLAPSE, Finding
@@ -40,6 +40,7 @@ RULES = declare(ROUTING_COLLAPSE, {
                "aux_loss_rise": ("aux_loss_factor",)})
 
 _LAYER = re.compile("^" + re.escape(LAYER_PREFIX) + r"(\d+)$")
+_MAX_VIOLATION = re.compile(r"(?:^|[/_ ])max[_ ]?vio(?:lation)?$", re.IGNORECASE)
 
 
 def _entropy_drop(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
@@ -63,7 +64,7 @@ def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what
         return None
     shift = sustained_shift(s, +1, factor=factor, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history)
     if shift is None:
-        return None
+        return _ramp(name, s, factor, rule, what)
     if tail_level(s.to_numpy()) <= head_level(s.to_numpy()):
         return None  # back at or below where it started by the end: a start-up transient, not lasting
     base = ev.baseline(s, shift, positive=True)
@@ -71,6 +72,25 @@ def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what
                    f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
                    f"({ev.ratio(shift.peak, ev.median_value(base))} the {ev.median_of(base, ev.baseline(s, shift))} "
                    f"before, limit {fmt(factor)}x): {what}")
+
+
+def _ramp(name: str, s, factor: float, rule: str, what: str) -> Finding | None:
+    """A rise from the first records on, with no calm stretch before it to measure a shift against
+    (experts starving one after another from the first step): its last records' level ``factor``
+    times its first records' and more, dated from the record after which it stays above the midway
+    level (LABELS.md: a level crossed for good)."""
+    v = s.to_numpy(dtype=float)
+    start, end = head_level(v), tail_level(v)
+    if not (start > 0 and end >= factor * start):
+        return None
+    stays = holds_from(v > start * (1 + factor) / 2, 1.0)
+    if not stays.size:
+        return None
+    onset = int(s.index[int(stays[0])])
+    return Finding(ROUTING_COLLAPSE, onset, CRITICAL, name, rule,
+                   f"{name} rose from {ev.median_of(ev.head(s))} to {ev.median_of(ev.tail(s))} "
+                   f"({fmt(end / start)}x, limit {fmt(factor)}x), above {fmt(start * (1 + factor) / 2)} from "
+                   f"{ev.rec(s, onset)} on: {what}")
 
 
 @register_detector("routing_collapse", "router entropy drop, load imbalance, aux/z-loss blow-up")
@@ -97,6 +117,15 @@ def detect_routing_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
                   "tokens concentrate on few experts")
         if f:
             out.append(f)
+    for name, series in run.matching(lambda n: _MAX_VIOLATION.search(n) is not None and n != "load_imbalance"):
+        # DeepSeek's maximal load violation, max load / mean load - 1 (0 when balanced): the
+        # imbalance is one more than it
+        f = _rise(name, series + 1.0, cfg, cfg.load_imbalance_factor, "load_imbalance_rise",
+                  "tokens concentrate on few experts")
+        if f:
+            out.append(Finding(f.category, f.onset_step, f.severity, f.metric, f.rule,
+                               f.evidence.replace(f"{name} rose", f"1 + {name} (max/mean expert load) rose", 1)))
+            break
     found = run.resolve("aux_loss")
     if found:
         f = _rise(found[0], found[1], cfg, cfg.aux_loss_factor, "aux_loss_rise",

@@ -13,6 +13,8 @@ scripts dump their history (Keras' ``history.history``, ``{"history": {"steps": 
   ``return_mean`` and ``return_mean_T``) is read at those steps.
 - A list of records under a key (``"iql_history": [{"epoch": 1, "q_loss": 7.9}, ...]``) is a table too:
   its fields are its columns.
+- An object of metrics each given as a list of ``{"step": .., "value": ..}`` records (an exported
+  run) holds one series per metric, at its own steps.
 - NumPy scalars as jsonpickle wrote them (``{"py/object": "numpy.float64", "value": 1.41}``) are
   their values.
 - A list named in the plural holds one metric: ``train_losses`` is stored as ``train_loss``,
@@ -78,11 +80,30 @@ def _record_columns(records: list) -> dict[str, list]:
 OWN_COUNTER = "_T"  # sacred / PyMARL: ``return_mean`` holds the values, ``return_mean_T`` the t_env of each
 
 
+def _series_records(obj: dict) -> dict[str, list]:
+    """An object of metrics, each a list of ``{"step": .., "value": ..}`` records (an exported run:
+    ``{"metrics": {"value_loss": [{"step": 0, "value": 0.13}, ...], ...}}``), as columns with
+    counters of their own (``value_loss`` and ``value_loss_T``); {} when it is no such object."""
+    out: dict[str, list] = {}
+    for name, records in obj.items():
+        if not (isinstance(records, list) and len(records) >= MIN_LENGTH
+                and all(isinstance(r, dict) and "value" in r for r in records)):
+            continue
+        key = next((k for k in records[0] if _step_name(k)), None)
+        if key is None:
+            continue
+        steps = [r.get(key) for r in records]
+        values = [_plain(r.get("value")) for r in records]
+        if _is_counter(steps) and all(_is_number(x) for x in values):
+            out[name], out[name + OWN_COUNTER] = values, steps
+    return out
+
+
 def _best_object(doc, depth: int = 0) -> dict[str, list]:
     """The columns of the object (``doc`` or one nested in it) holding the most numbers."""
     if not isinstance(doc, dict) or depth > MAX_DEPTH:
         return {}
-    best = _columns(doc)
+    best = _series_records(doc) or _columns(doc)
     for value in doc.values():
         inner = _record_columns(value) if isinstance(value, list) else _best_object(value, depth + 1)
         if sum(map(len, inner.values())) > sum(map(len, best.values())):

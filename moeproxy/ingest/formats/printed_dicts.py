@@ -50,6 +50,11 @@ FRACTION_STEP = re.compile(r"['\"](?:" + "|".join(map(re.escape, FRACTION_STEP_K
                            + r")['\"]\s*:\s*['\"](\d+)/\d+['\"]")
 
 
+# the words a run's printed configuration is labelled with, just before its dict
+CONFIG_LABEL = re.compile(r"\b(?:args|arguments|config|configuration|cfg|hparams|hyperparameters|settings|options)"
+                          r"\s*[:=]\s*$", re.IGNORECASE)
+
+
 def parse_printed_dicts(src: SourceFile) -> ParsedLog:
     table = LogTable()
     skipped = 0
@@ -78,6 +83,9 @@ def parse_printed_dicts(src: SourceFile) -> ParsedLog:
 
     for _, line in src.lines():
         m = find_dict(line)
+        if m and CONFIG_LABEL.search(line, 0, m.start()):
+            skipped += 1  # a run's printed configuration (``args: {...}``, ``model config: {...}``): no record
+            continue
         if not m:
             bar = TQDM.search(line)
             if bar:

@@ -42,6 +42,9 @@ NAMES_ROW = re.compile(r"[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*)+")  # metric na
 
 EMPHASIS = re.compile(r"^(\*\*|__|\*|_|`)(.*)\1$")
 OPEN_STEP = re.compile(r"^(\d+)\+$")  # ``91+``: this step and the ones after it
+# a cell with no value: the Hugging Face Trainer's progress table prints ``No Log`` where a column
+# was not logged at that step (its validation loss between evaluations, TRL's sampling columns)
+PLACEHOLDERS = frozenset({"no log", "none", "null"})
 THOUSANDS = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?")  # ``12,800``
 
 
@@ -56,7 +59,7 @@ def _value(cell: str) -> float | None | str:
     if m:
         return float(m.group(1))
     c = cell.replace(",", "") if THOUSANDS.fullmatch(cell) else cell
-    if c in ("", "-", "—", "n/a", "N/A"):
+    if c in ("", "-", "—", "n/a", "N/A") or c.lower() in PLACEHOLDERS:
         return None
     v = parse_number(c)
     return c if v is None else v

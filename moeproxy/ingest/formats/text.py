@@ -70,8 +70,9 @@ STEP_NAME_VALUE = re.compile(r"^\s*(\d+)\s+([A-Za-z_][\w./\-]*)\s*[:=]?\s+(" + r
 SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": "val: loss",
               "validation": "val: loss", "eval": "eval: loss", "test": "test: loss"}
 # Keras' progress bar inside an epoch (``  4/469 ━━━━━━━━━━━━━━━━━━━━  8s 17ms/step - loss: 0.1 -
-# moe_loss: 11.5``, Keras 2's ``[====>.....]``): the batch within the epoch its ``Epoch 1/20`` line names
-KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+)\s+(?:\[[=>.]*\]|━+)")
+# moe_loss: 11.5``, Keras 2's ``[====>.....]``; ``verbose=2`` prints no bar: ``625/625 - 2s - loss: 0.69``):
+# the batch within the epoch its ``Epoch 1/20`` line names
+KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+)\s+(?:\[[=>.]*\]|━+|(?=-\s+\d+(?:\.\d+)?m?s\b))")
 EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*(?:/\s*(\d+))?\s*$", re.IGNORECASE)
 # a counter on a line of its own, perhaps framed (``********** Iteration 3 **********``, ``=== Step 200 ===``):
 # the ``key : value`` lines after it, one pair a line, are that step's record (Berkeley's RL homework logger)
