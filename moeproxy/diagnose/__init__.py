@@ -16,7 +16,7 @@ from moeproxy.diagnose.render import render_text
 from moeproxy.diagnose.series import RunSeries
 from moeproxy.diagnose.taxonomy import CATEGORIES, MAIN_CATEGORIES, SECONDARY_CATEGORIES, Finding
 
-DETECTOR_VERSION = "diagnose-2.8"  # 1.2: real-log rules, confidence; 1.3: mismatch with blow-up, overflow events;
+DETECTOR_VERSION = "diagnose-2.9"  # 1.2: real-log rules, confidence; 1.3: mismatch with blow-up, overflow events;
 # 2.0: LABELS.md (data stage, declared rules, causal chain, alternatives; KL/entropy blow-up are divergence);
 # 2.1: evidence quotes logged records with their steps and names medians as such (verdicts unchanged);
 # the entropy blow-up has its own detector, entropy_blowup; 2.2: reward parts (a format reward to 0);
@@ -29,6 +29,7 @@ DETECTOR_VERSION = "diagnose-2.8"  # 1.2: real-log rules, confidence; 1.3: misma
 # 2.8: scattered non-finite records that each recover are spikes, a huge spike the run got over is no blow-up,
 #      a max load violation (MaxVio) and a ramp from the first records read by routing, a loss printed as
 #      -ln(FLT_MIN) is a log of zero, a log inside one late epoch is no run's start
+# 2.9: accuracy_frozen (tentative), a burst of skipped steps the scaler got over, the forest refitted on 1915 logs
 
 __all__ = [
     "CATEGORIES", "DETECTORS", "DETECTOR_VERSION", "DiagnoseConfig", "Finding", "MAIN_CATEGORIES",

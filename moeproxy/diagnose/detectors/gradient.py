@@ -84,11 +84,14 @@ RULES = declare(VANISHING_GRADIENT, {
     "loss_at_uniform_guess": "a loss frozen at ln(k): the model predicts k outcomes uniformly and does not learn",
     "loss_at_chance": "a training loss that stays at ln(k), a k-way classifier's chance level, from the run's start "
                       "to its end: the model never learned more than the class prior",
+    "accuracy_frozen": "an accuracy at one value below its ceiling in every record from the second to the end, the "
+                       "loss not blowing up: the model's predictions never changed (it outputs one class)",
     "entropy_frozen": "an RL policy's entropy at one value, as printed (three digits or more), in every record from "
                       "the run's start: the "
                       "policy's distribution never changed, no update reached it",
-}, tentative=("reward_never_improved", "loss_never_moved"),
+}, tentative=("reward_never_improved", "loss_never_moved", "accuracy_frozen"),
    thresholds={"entropy_frozen": ("never_learned_records", "same_value", "entropy_frozen_digits"),
+               "accuracy_frozen": ("never_learned_records", "same_value", "loss_factor"),
                "loss_at_chance": ("chance_classes", "chance_band", "never_learned_records"),
                "loss_never_moved": ("never_learned_records", "never_learned_band", "never_learned_trend",
                                     "never_learned_noisy_band"),
@@ -153,7 +156,7 @@ def detect_vanishing_gradient(run: RunSeries, cfg: DiagnoseConfig) -> list[Findi
                                    f"reward variance): normal when scattered"))
     out += (_advantages_zero(run, cfg) or _never_updated(run, cfg) or _empty_updates(run, cfg)
             or _entropy_frozen(run, cfg))
-    out += _frozen_losses(run, cfg) or _never_learned(run, cfg)
+    out += _frozen_losses(run, cfg) or _never_learned(run, cfg) or _accuracy_frozen(run, cfg)
     found = run.resolve("lr")
     if found:
         name, s = found
@@ -530,6 +533,40 @@ def _entropy_frozen(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "entropy_frozen",
                     f"{name} is {v[-1]:.7g} in all {v.size} records from the run's start at step {first} to "
                     f"step {int(s.index[-1])}: the policy's distribution never changed, no update reached it")]
+
+
+def _accuracy_frozen(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
+    """LABELS.md "the run never learns at all", read on an accuracy (training, validation or test) of
+    a run that is not RL: one value (to ``same_value``), neither 0 nor its ceiling, in every record
+    from the second to the last, over ``never_learned_records`` records or more from the run's start
+    (0.5603, the majority class's share, epoch after epoch): the predictions never changed. Not where
+    the training loss blew up (non-finite, or its last quarter ``loss_factor`` times its first): that
+    is the failure, and the accuracy is stuck because of it."""
+    if run.is_rl:
+        return []
+    loss = run.resolve("loss")
+    if loss is not None:
+        v = loss[1].to_numpy(dtype=float)
+        q = quarter_count(v.size)
+        if not np.isfinite(v).all() or (v.size >= 4 and np.median(v[-q:]) > cfg.loss_factor * np.median(v[:q])):
+            return []
+    for name in run.names:
+        words = set(re.split(r"[^a-z0-9]+", name.lower()))
+        if not {"acc", "accuracy"} & words or {"grad", "gradient", "steps", "best"} & words:
+            continue
+        s = run.get(name)
+        s = s[np.isfinite(s.to_numpy(dtype=float))]
+        v = s.to_numpy(dtype=float)
+        if v.size < cfg.never_learned_records or v[-1] <= 0 or v[-1] in (1.0, 100.0):
+            continue
+        if not (np.abs(v[1:] - v[-1]) <= cfg.same_value * abs(v[-1])).all() or not _from_run_start(run, s):
+            continue
+        first = int(s.index[0])
+        return [Finding(VANISHING_GRADIENT, first, CRITICAL, name, "accuracy_frozen",
+                        f"{name} is {v[-1]:.7g} in every record from step {int(s.index[1])} to step "
+                        f"{int(s.index[-1])} ({v.size - 1} records): the model's predictions never changed, "
+                        f"the run never learned")]
+    return []
 
 
 def _from_run_start(run: RunSeries, s: pd.Series) -> bool:

@@ -347,8 +347,9 @@ def _storm_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None) 
 
 def _running_count_calm(run: RunSeries, start_end: int | None, cfg: DiagnoseConfig) -> bool:
     """DeepSpeed's running count of skipped steps (``step=2000, skipped=8``), logged at two records or
-    more after start-up, grew by less than ``skipped_share`` of the steps between each two: the
-    scaler probed a higher scale now and then and dropped back (dynamic loss scaling at work). Its
+    more after start-up, grew by less than ``skipped_share`` of the steps between each two, or (eight
+    records or more) over the whole run and over its last quarter: the scaler probed a higher scale
+    now and then and dropped back (dynamic loss scaling at work), or got over a burst. Its
     ``OVERFLOW!`` lines carry no step, so the reader numbers them one after another; the count says
     how far apart they were."""
     total = run.get(RUNNING_SKIPPED)
@@ -359,9 +360,16 @@ def _running_count_calm(run: RunSeries, start_end: int | None, cfg: DiagnoseConf
         total = total[total.index >= start_end]
     if len(total) < 2:
         return False
-    grew = np.diff(total.to_numpy(dtype=float))
-    steps = np.diff(total.index.to_numpy(dtype=float))
-    return bool(np.all(grew < cfg.skipped_share * steps))
+    values, at = total.to_numpy(dtype=float), total.index.to_numpy(dtype=float)
+    grew, steps = np.diff(values), np.diff(at)
+    if np.all(grew < cfg.skipped_share * steps):
+        return True
+    # a burst the scaler got over (three steps skipped in ten mid-run, then the scale grows back
+    # for hundreds of steps): over the whole run, and over its last quarter, the count grew by less
+    # than that share of the steps (LABELS.md: anomalies that last)
+    q = len(values) // 4  # (a last quarter of two records at least)
+    return bool(q >= 2 and values[-1] - values[0] < cfg.skipped_share * (at[-1] - at[0])
+                and values[-1] - values[-q] < cfg.skipped_share * (at[-1] - at[-q]))
 
 
 def _skipped_steps(grad: np.ndarray, run: RunSeries, cfg: DiagnoseConfig) -> bool:

@@ -73,6 +73,8 @@ SPLIT_LOSS = {"train": "loss", "training": "loss", "val": "val: loss", "valid": 
 # moe_loss: 11.5``, Keras 2's ``[====>.....]``; ``verbose=2`` prints no bar: ``625/625 - 2s - loss: 0.69``):
 # the batch within the epoch its ``Epoch 1/20`` line names
 KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+)\s+(?:\[[=>.]*\]|━+|(?=-\s+\d+(?:\.\d+)?m?s\b))")
+# a counter that opens a line closed by a full stop (``Epoch 0. Train Loss: 2.30``), not a decimal point
+COUNTER_FULL_STOP = re.compile(r"^(\s*(?:epoch|step|iter|iteration|episode|update)\s*\d+)\.\s+(?=[A-Za-z])", re.IGNORECASE)
 EPOCH_HEADER = re.compile(r"^\s*epoch\s+(\d+)\s*(?:/\s*(\d+))?\s*$", re.IGNORECASE)
 # a counter on a line of its own, perhaps framed (``********** Iteration 3 **********``, ``=== Step 200 ===``):
 # the ``key : value`` lines after it, one pair a line, are that step's record (Berkeley's RL homework logger)
@@ -312,6 +314,9 @@ TIMESTAMP_BAR = re.compile(r"^\s+\|\s")
 
 def _strip(line: str) -> str:
     line = RANK_PREFIX.sub("", line, count=1)
+    if ". " in line[:24]:
+        # ``Epoch 0. Train Loss: 2.30, ...``: the counter closed by a full stop, as by a comma
+        line = COUNTER_FULL_STOP.sub(r"\1, ", line, count=1)
     if line[:1] in GLOG_SEVERITIES or line[:1].isspace():
         line = GLOG_PREFIX.sub("", line, count=1)
     out = without_timestamps(line)
