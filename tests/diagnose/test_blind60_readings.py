@@ -47,3 +47,18 @@ def test_a_burst_of_skipped_steps_the_scaler_got_over_is_no_storm():
 def test_skipped_steps_that_keep_coming_to_the_end_are_a_storm():
     res = diagnose_series(_skips(lambda s: 5.0 if s >= 1400 else 0.0))
     assert res["verdict"] == "overflow"
+
+
+def test_a_gan_discriminator_at_its_equilibrium_is_no_classifier_at_chance():
+    # blind61: a vanilla GAN's D loss sits at 2 ln 2 = ln 4 and its G loss at ln 2 - the game's
+    # equilibrium, not a 4-way classifier that never learned (raters parted on the run)
+    rng = np.random.default_rng(4)
+    steps = np.arange(1, 301, 25)
+    d = np.log(4) + rng.normal(0, 0.004, steps.size)
+    g = np.log(2) + rng.normal(0, 0.004, steps.size)
+    res = diagnose_series({"d loss": dict(zip(steps, d)), "g loss": dict(zip(steps, g))})
+    assert not any(f["rule"] in ("loss_at_chance", "loss_at_uniform_guess") for f in res["findings"])
+    assert res["confidence"] != "high"
+    # the same loss alone, a classifier's, is at chance
+    res = diagnose_series({"loss": dict(zip(steps, d))})
+    assert any(f["rule"] == "loss_at_chance" for f in res["findings"])

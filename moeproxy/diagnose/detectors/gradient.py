@@ -710,7 +710,9 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     v = s.to_numpy(dtype=float)
     if v.size < cfg.vanishing_min_records or float(np.median(v)) <= 0:
         return []
-    hit = _uniform_guess(name, s, cfg) or _at_chance(run, name, s, cfg)
+    # (a GAN's discriminator loss at 2 ln 2 = ln 4, its generator's at ln 2, is the adversarial
+    # equilibrium the game aims at, where the discriminator cannot tell real from fake: no chance level)
+    hit = None if _adversarial(run) else (_uniform_guess(name, s, cfg) or _at_chance(run, name, s, cfg))
     if hit is not None:
         return [hit]
     # the loss as logged per step, then its per-epoch copy (Lightning's ``train_loss_epoch``): a loss
@@ -736,6 +738,22 @@ def _never_learned(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
             return [Finding(VANISHING_GRADIENT, first, CRITICAL, vname, hit.rule,
                             hit.evidence + f", and {name} never fell below its first records' level")]
     return []
+
+
+_DISCRIMINATOR = frozenset({"d", "disc", "discriminator", "netd", "critic"})
+_GENERATOR = frozenset({"g", "gen", "generator", "netg"})
+
+
+def _adversarial(run: RunSeries) -> bool:
+    """The run logs a generator's loss and a discriminator's (``d loss`` and ``g loss``, ``loss_D`` and
+    ``loss_G``): a GAN, whose losses sit at their equilibrium when the game is balanced."""
+    kinds = set()
+    for name in run.names:
+        words = set(re.split(r"[^a-z0-9]+", name.lower()))
+        if "loss" in words or any(w.startswith("loss") or w.endswith("loss") for w in words):
+            kinds |= {"d"} if words & _DISCRIMINATOR else set()
+            kinds |= {"g"} if words & _GENERATOR else set()
+    return kinds == {"d", "g"}
 
 
 def _uniform_guess(name: str, s: pd.Series, cfg: DiagnoseConfig) -> Finding | None:
