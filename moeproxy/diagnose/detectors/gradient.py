@@ -323,16 +323,25 @@ def _frozen_losses(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
     return _repeated_cycle(run, train, cfg) if train is not None else []
 
 
+def _accuracies(run: RunSeries, training_only: bool) -> list[str]:
+    """The accuracies a run logs, read by their words (not ``grad_acc_steps``, a gradient accumulation
+    count, nor a running best); ``training_only``: not an evaluation's."""
+    out = []
+    for name in run.names:
+        words = set(re.split(r"[^a-z0-9]+", name.lower()))
+        if not {"acc", "accuracy"} & words or {"grad", "gradient", "steps", "best"} & words:
+            continue
+        if training_only and {"val", "valid", "validation", "eval", "test"} & words:
+            continue
+        out.append(name)
+    return out
+
+
 def _accuracy_at_ceiling(run: RunSeries) -> bool:
     """A training accuracy logged beside the loss at its ceiling (1, or 100 %) in every record: a loss
     of exactly 0 there is a fit that is perfect on every batch, LABELS.md's converged run at its
     ceiling, not a run that never updated."""
-    for name in run.names:
-        words = re.split(r"[^a-z0-9]+", name.lower())
-        if not {"acc", "accuracy"} & set(words) or {"val", "valid", "validation", "eval", "test",
-                                                    "grad", "gradient", "steps"} & set(words):
-            # (an evaluation's accuracy, or ``grad_acc_steps``: a gradient accumulation count)
-            continue
+    for name in _accuracies(run, training_only=True):
         v = run.get(name).to_numpy(dtype=float)
         v = v[np.isfinite(v)]
         if v.size and (np.all(v == 1.0) or np.all(v == 100.0)):
@@ -550,10 +559,7 @@ def _accuracy_frozen(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding]:
         q = quarter_count(v.size)
         if not np.isfinite(v).all() or (v.size >= 4 and np.median(v[-q:]) > cfg.loss_factor * np.median(v[:q])):
             return []
-    for name in run.names:
-        words = set(re.split(r"[^a-z0-9]+", name.lower()))
-        if not {"acc", "accuracy"} & words or {"grad", "gradient", "steps", "best"} & words:
-            continue
+    for name in _accuracies(run, training_only=False):
         s = run.get(name)
         s = s[np.isfinite(s.to_numpy(dtype=float))]
         v = s.to_numpy(dtype=float)
