@@ -210,16 +210,13 @@ def _value_findings(run: RunSeries, cfg: DiagnoseConfig, start_end: int | None, 
             lead = (f"{name} went from {ev.rec(prior, prior.index[-1])} (a median of {fmt(float(prior.median()))} "
                     f"over {ev.steps_of(prior.index)}) to {fmt(vals[j])} at step {step}"
                     if len(prior) else f"{name} is {fmt(vals[j])} at step {step}, its first record")
-            if lone and bad.size == 1:
-                out.append(Finding(OVERFLOW, step, WARNING, name, "lone_nonfinite",
-                                   f"{lead}; the only non-finite record of {len(vals)}, finite from the next "
-                                   f"record on ({ev.rec(s, s.index[j + 1])}): it did not last"))
-            elif lone:
-                out.append(Finding(OVERFLOW, step, WARNING, name, "lone_nonfinite",
-                                   f"{lead}; {bad.size} non-finite of {len(vals)} records (at steps "
-                                   f"{', '.join(str(int(s.index[b])) for b in bad[:6])}), each alone or in a pair "
-                                   f"with finite records after it, the last {len(vals) - 1 - int(bad[-1])} finite: "
-                                   f"spikes that did not last"))
+            if lone:
+                why = (f"the only non-finite record of {len(vals)}, finite from the next record on "
+                       f"({ev.rec(s, s.index[j + 1])}): it did not last" if bad.size == 1 else
+                       f"{bad.size} non-finite of {len(vals)} records (at steps "
+                       f"{', '.join(str(int(s.index[b])) for b in bad[:6])}), each alone or in a pair with finite "
+                       f"records after it, the last {len(vals) - 1 - int(bad[-1])} finite: spikes that did not last")
+                out.append(Finding(OVERFLOW, step, WARNING, name, "lone_nonfinite", f"{lead}; {why}"))
             else:
                 out.append(Finding(OVERFLOW, step, sev, name, "nonfinite_value",
                                    f"{lead}; {bad.size} non-finite of {len(vals)} records{note}"))

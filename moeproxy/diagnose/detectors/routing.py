@@ -58,23 +58,27 @@ def _entropy_drop(name: str, series, cfg: DiagnoseConfig) -> Finding | None:
                    f"({fmt(100 * (1 - end / start))}% drop, limit {fmt(100 * cfg.routing_entropy_drop)}%)")
 
 
-def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what: str) -> Finding | None:
+def _rise(name: str, series, cfg: DiagnoseConfig, factor: float, rule: str, what: str,
+          shown: str | None = None) -> Finding | None:
+    """A rise of ``factor`` that lasts; ``shown``: how the evidence names the series read (``name``
+    unless it was transformed: one more than DeepSeek's max violation)."""
+    shown = shown or name
     s = series[np.isfinite(series.to_numpy())]
     if len(s) <= cfg.min_history:
         return None
     shift = sustained_shift(s, +1, factor=factor, z=cfg.robust_z, visible=cfg.onset_visible_share, min_history=cfg.min_history)
     if shift is None:
-        return _ramp(name, s, factor, rule, what)
+        return _ramp(name, s, factor, rule, what, shown)
     if tail_level(s.to_numpy()) <= head_level(s.to_numpy()):
         return None  # back at or below where it started by the end: a start-up transient, not lasting
     base = ev.baseline(s, shift, positive=True)
     return Finding(ROUTING_COLLAPSE, shift.onset_step, CRITICAL, name, rule,
-                   f"{name} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
+                   f"{shown} rose {ev.move(s, shift.onset_step)}, peak {ev.rec(s, shift.peak_step)} "
                    f"({ev.ratio(shift.peak, ev.median_value(base))} the {ev.median_of(base, ev.baseline(s, shift))} "
                    f"before, limit {fmt(factor)}x): {what}")
 
 
-def _ramp(name: str, s, factor: float, rule: str, what: str) -> Finding | None:
+def _ramp(name: str, s, factor: float, rule: str, what: str, shown: str) -> Finding | None:
     """A rise from the first records on, with no calm stretch before it to measure a shift against
     (experts starving one after another from the first step): its last records' level ``factor``
     times its first records' and more, dated from the record after which it stays above the midway
@@ -88,7 +92,7 @@ def _ramp(name: str, s, factor: float, rule: str, what: str) -> Finding | None:
         return None
     onset = int(s.index[int(stays[0])])
     return Finding(ROUTING_COLLAPSE, onset, CRITICAL, name, rule,
-                   f"{name} rose from {ev.median_of(ev.head(s))} to {ev.median_of(ev.tail(s))} "
+                   f"{shown} rose from {ev.median_of(ev.head(s))} to {ev.median_of(ev.tail(s))} "
                    f"({fmt(end / start)}x, limit {fmt(factor)}x), above {fmt(start * (1 + factor) / 2)} from "
                    f"{ev.rec(s, onset)} on: {what}")
 
@@ -121,10 +125,9 @@ def detect_routing_collapse(run: RunSeries, cfg: DiagnoseConfig) -> list[Finding
         # DeepSeek's maximal load violation, max load / mean load - 1 (0 when balanced): the
         # imbalance is one more than it
         f = _rise(name, series + 1.0, cfg, cfg.load_imbalance_factor, "load_imbalance_rise",
-                  "tokens concentrate on few experts")
+                  "tokens concentrate on few experts", shown=f"1 + {name} (max/mean expert load)")
         if f:
-            out.append(Finding(f.category, f.onset_step, f.severity, f.metric, f.rule,
-                               f.evidence.replace(f"{name} rose", f"1 + {name} (max/mean expert load) rose", 1)))
+            out.append(f)
             break
     found = run.resolve("aux_loss")
     if found:
